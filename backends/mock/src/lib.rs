@@ -1,0 +1,1 @@
+//! memreuse-mock: a strict simulated device (placeholder until the mock lands).

@@ -1,0 +1,1 @@
+//! memreuse-conformance (in progress).

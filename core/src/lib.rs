@@ -1,0 +1,28 @@
+//! memreuse-core: the backend traits, the stream-aware caching allocator, the multi-stream
+//! reuse policies and the process group, written once for every accelerator.
+//!
+//! Layers, bottom up:
+//! - [`Backend`] (static dispatch) and [`DynBackend`] / [`AnyBackend`] (chosen by name at
+//!   run time): one device, its streams, events and stream-ordered operations.
+//! - The caching allocator (`allocator`): per-stream pools, split/merge, `record_stream`
+//!   with pending-free events, per-work stream uses, OOM retry chain, stats and snapshots.
+
+mod backend;
+mod dyn_backend;
+mod error;
+mod ids;
+mod race;
+mod registry;
+
+pub use backend::Backend;
+pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
+pub use error::BackendError;
+pub use ids::{AllocationId, DevicePtr, MemoryInfo, StreamId, WorkId};
+pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
+pub use registry::{
+    BackendOptions, BackendRegistration, OpenError, find_backend, open_backend, registered_backends,
+};
+
+/// Re-exported so backend crates can `memreuse_core::inventory::submit!` without their own
+/// dependency on the exact version.
+pub use inventory;

@@ -1,0 +1,88 @@
+//! Backends register themselves here with `inventory`; the facade opens one by name.
+
+use thiserror::Error;
+
+use crate::dyn_backend::AnyBackend;
+use crate::error::BackendError;
+
+/// How to open one device of a backend.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// Device index.
+    pub device: usize,
+    /// Device capacity in bytes, on backends where it can be set (the mock); ignored by
+    /// real devices.
+    pub memory_capacity: Option<u64>,
+    /// Run deterministically from this seed, on backends that can (the mock).
+    pub deterministic_seed: Option<u64>,
+}
+
+/// One backend linked into this binary. Submit it with `inventory::submit!`.
+pub struct BackendRegistration {
+    /// The name users select it by (`MEMREUSE_BACKEND`, `--backend`).
+    pub name: &'static str,
+    /// One line saying what it is.
+    pub summary: &'static str,
+    /// How many devices are usable; `Err(Unavailable)` when the vendor library or the
+    /// driver is missing. Must never panic.
+    pub device_count: fn() -> Result<usize, BackendError>,
+    /// Opens one device.
+    pub open: fn(&BackendOptions) -> Result<AnyBackend, BackendError>,
+}
+
+inventory::collect!(BackendRegistration);
+
+/// Every backend linked into this binary, sorted by name.
+pub fn registered_backends() -> Vec<&'static BackendRegistration> {
+    let mut all: Vec<_> = inventory::iter::<BackendRegistration>.into_iter().collect();
+    all.sort_by_key(|r| r.name);
+    all
+}
+
+/// The registration named `name`, if it is linked in.
+pub fn find_backend(name: &str) -> Option<&'static BackendRegistration> {
+    inventory::iter::<BackendRegistration>
+        .into_iter()
+        .find(|r| r.name == name)
+}
+
+/// Why a backend could not be opened by name.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// No backend of that name is linked into this binary.
+    #[error("unknown backend `{name}`; available in this build: {}", available.join(", "))]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names that are linked in.
+        available: Vec<String>,
+    },
+    /// The backend exists but was not compiled in: rebuild with the cargo feature.
+    #[error("backend `{name}` is not compiled into this build (enable cargo feature `{feature}`); available: {}", available.join(", "))]
+    NotCompiled {
+        /// The name asked for.
+        name: String,
+        /// The cargo feature that links it.
+        feature: String,
+        /// The names that are linked in.
+        available: Vec<String>,
+    },
+    /// The backend is linked in but cannot run here.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Opens device `options.device` of the backend called `name`.
+pub fn open_backend(name: &str, options: &BackendOptions) -> Result<AnyBackend, OpenError> {
+    let Some(reg) = find_backend(name) else {
+        return Err(OpenError::Unknown {
+            name: name.to_owned(),
+            available: registered_backends()
+                .iter()
+                .map(|r| r.name.to_owned())
+                .collect(),
+        });
+    };
+    Ok((reg.open)(options)?)
+}
