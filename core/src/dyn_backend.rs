@@ -27,6 +27,11 @@ impl DynStream {
     pub fn id(&self) -> StreamId {
         self.id
     }
+
+    /// The concrete stream handle, when it is a `T`.
+    pub fn downcast_ref<T: 'static>(&self) -> Option<&T> {
+        self.handle.downcast_ref::<T>()
+    }
 }
 
 impl PartialEq for DynStream {

@@ -8,11 +8,14 @@
 //!   with pending-free events, per-work stream uses, OOM retry chain, stats and snapshots.
 
 mod backend;
+pub mod comm;
 mod dyn_backend;
 mod error;
 mod ids;
 mod race;
 mod registry;
+mod sync;
+mod world;
 
 pub use backend::Backend;
 pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
@@ -22,6 +25,8 @@ pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use registry::{
     BackendOptions, BackendRegistration, OpenError, find_backend, open_backend, registered_backends,
 };
+
+pub use world::{RankEndpoint, WorldOptions, WorldRegistration, find_world};
 
 /// Re-exported so backend crates can `memreuse_core::inventory::submit!` without their own
 /// dependency on the exact version.

@@ -1,0 +1,55 @@
+//! Constructors for the [`BackendError`]s the mock returns, so every message names the
+//! backend the same way.
+
+use std::time::Duration;
+
+use memreuse_core::BackendError;
+
+/// The backend name in every error and in the registry.
+pub const BACKEND_NAME: &str = "mock";
+
+/// A refused argument to `call`.
+pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::InvalidArgument {
+        backend: BACKEND_NAME.to_owned(),
+        call,
+        reason: reason.into(),
+    }
+}
+
+/// The device cannot provide `requested` bytes.
+pub(crate) fn out_of_memory(requested: u64, detail: impl Into<String>) -> BackendError {
+    BackendError::OutOfMemory {
+        backend: BACKEND_NAME.to_owned(),
+        requested,
+        detail: detail.into(),
+    }
+}
+
+/// A fault planted on purpose.
+pub(crate) fn injected(what: impl Into<String>) -> BackendError {
+    BackendError::Injected {
+        backend: BACKEND_NAME.to_owned(),
+        what: what.into(),
+    }
+}
+
+/// A host wait or a joint op that did not finish in `after`.
+pub(crate) fn timeout(what: impl Into<String>, after: Duration) -> BackendError {
+    BackendError::Timeout {
+        backend: BACKEND_NAME.to_owned(),
+        what: what.into(),
+        millis: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// A failure of the simulated device itself (a worker thread that could not start).
+pub(crate) fn device(call: &'static str, message: impl Into<String>) -> BackendError {
+    BackendError::Device {
+        backend: BACKEND_NAME.to_owned(),
+        call,
+        code: -1,
+        code_name: "MOCK_INTERNAL".to_owned(),
+        message: message.into(),
+    }
+}

@@ -1,0 +1,302 @@
+//! Raw device memory of one mock device: a fake address space, the live raw allocations
+//! (optionally backed by host memory), capacity accounting and the injected malloc fault.
+//!
+//! Addresses are never reused: every allocation gets fresh addresses followed by a guard
+//! gap, so a use after `free` or an overrun into the next allocation is an
+//! `InvalidArgument`, never a silent access to someone else's bytes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use memreuse_core::{AllocationId, BackendError};
+use parking_lot::Mutex;
+
+use crate::config::{FaultKind, MallocFault};
+use crate::detector::History;
+use crate::error::{injected, invalid, out_of_memory};
+
+/// Alignment of every raw allocation (CUDA guarantees 256; 512 is stricter).
+pub const ALLOCATION_ALIGNMENT: u64 = 512;
+/// Unmapped bytes after every allocation, so overruns hit no other allocation.
+const GUARD_GAP: u64 = ALLOCATION_ALIGNMENT;
+/// Size of each device's slice of the fake address space (16 TiB).
+const ADDRESS_SPACE: u64 = 1 << 44;
+/// Freshly allocated memory holds this byte: contents are undefined, and a schedule that
+/// reads memory it never wrote sees garbage, not conveniently zeroed bytes.
+const FILL_BYTE: u8 = 0xA5;
+
+/// Host bytes behind one raw allocation. Ops lock it for the duration of their data
+/// movement, which keeps racy schedules free of host-side undefined behaviour while the
+/// order in which ops run stays as racy as the schedule.
+pub(crate) type Buffer = Arc<Mutex<Vec<u8>>>;
+
+/// One live raw allocation.
+pub(crate) struct RawAlloc {
+    /// Length in bytes (as requested).
+    pub len: u64,
+    /// Host memory when the device is backed.
+    pub data: Option<Buffer>,
+    /// Accesses not yet known to be over, for the race detector.
+    pub history: History,
+    /// Which allocator hand-out each byte range currently belongs to.
+    pub annotations: Annotations,
+}
+
+/// A validated byte range of one raw allocation.
+#[derive(Clone)]
+pub(crate) struct Span {
+    /// Base address of the raw allocation (its identity, and the lock-order key).
+    pub base: u64,
+    /// Offset of the range inside the allocation.
+    pub offset: usize,
+    /// Length of the range.
+    pub len: usize,
+    /// Host bytes of the allocation, when backed.
+    pub buf: Option<Buffer>,
+}
+
+impl Span {
+    /// The device address range `[start, end)`.
+    pub(crate) fn range(&self) -> (u64, u64) {
+        let start = self.base + self.offset as u64;
+        (start, start + self.len as u64)
+    }
+}
+
+/// The raw memory of one device.
+pub(crate) struct Memory {
+    backing: bool,
+    capacity: u64,
+    used: u64,
+    next_addr: u64,
+    end_addr: u64,
+    malloc_calls: u64,
+    fault: Option<MallocFault>,
+    allocs: BTreeMap<u64, RawAlloc>,
+}
+
+impl Memory {
+    /// Memory for the device with process-wide number `uid` (which picks its address slice).
+    pub(crate) fn new(
+        uid: u64,
+        capacity: u64,
+        backing: bool,
+        fault: Option<MallocFault>,
+    ) -> Memory {
+        // Slice 0 is skipped so that no device hands out addresses near null. Past 2^19
+        // devices the slices would leave the 63-bit range; wrapping keeps them valid (and
+        // still distinct from any device alive at the same time in practice).
+        let slice = (uid % ((1 << 19) - 1)) + 1;
+        let start = slice * ADDRESS_SPACE;
+        Memory {
+            backing,
+            capacity,
+            used: 0,
+            next_addr: start,
+            end_addr: start + ADDRESS_SPACE,
+            malloc_calls: 0,
+            fault,
+            allocs: BTreeMap::new(),
+        }
+    }
+
+    /// `(free, total)` bytes.
+    pub(crate) fn info(&self) -> (u64, u64) {
+        (self.capacity.saturating_sub(self.used), self.capacity)
+    }
+
+    /// Replaces the planned malloc fault; `nth` counts from the next call.
+    pub(crate) fn set_fault(&mut self, fault: Option<MallocFault>) {
+        self.fault = fault.map(|f| MallocFault {
+            nth: self.malloc_calls + f.nth,
+            kind: f.kind,
+        });
+    }
+
+    /// A new raw allocation of `bytes` bytes; returns its address.
+    pub(crate) fn malloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        self.malloc_calls += 1;
+        if let Some(f) = self.fault
+            && f.nth == self.malloc_calls
+        {
+            self.fault = None;
+            let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
+            return Err(match f.kind {
+                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
+                FaultKind::Injected => injected(what),
+            });
+        }
+        if bytes == 0 {
+            return Err(invalid("malloc", "zero-byte allocation"));
+        }
+        let free = self.capacity.saturating_sub(self.used);
+        if bytes > free {
+            return Err(out_of_memory(
+                bytes,
+                format!("{free} bytes free of {} total", self.capacity),
+            ));
+        }
+        let span = bytes
+            .checked_next_multiple_of(ALLOCATION_ALIGNMENT)
+            .and_then(|s| s.checked_add(GUARD_GAP))
+            .ok_or_else(|| out_of_memory(bytes, "request exceeds the address space"))?;
+        if span > self.end_addr - self.next_addr {
+            return Err(out_of_memory(bytes, "fake address space exhausted"));
+        }
+        let data = if self.backing {
+            let len = usize::try_from(bytes)
+                .map_err(|_| out_of_memory(bytes, "larger than host address space"))?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(len)
+                .map_err(|e| out_of_memory(bytes, format!("host memory: {e}")))?;
+            v.resize(len, FILL_BYTE);
+            Some(Arc::new(Mutex::new(v)))
+        } else {
+            None
+        };
+        let addr = self.next_addr;
+        self.next_addr += span;
+        self.used += bytes;
+        self.allocs.insert(
+            addr,
+            RawAlloc {
+                len: bytes,
+                data,
+                history: History::default(),
+                annotations: Annotations::default(),
+            },
+        );
+        Ok(addr)
+    }
+
+    /// The live allocation starting exactly at `ptr`, for `free` to check first.
+    pub(crate) fn exact(&self, ptr: u64) -> Result<&RawAlloc, BackendError> {
+        self.allocs.get(&ptr).ok_or_else(|| {
+            invalid(
+                "free",
+                format!("{ptr:#x} is not the start of a live raw allocation"),
+            )
+        })
+    }
+
+    /// Removes the allocation starting at `ptr`.
+    pub(crate) fn remove(&mut self, ptr: u64) -> Option<RawAlloc> {
+        let a = self.allocs.remove(&ptr)?;
+        self.used -= a.len;
+        Some(a)
+    }
+
+    /// Validates that `[ptr, ptr + bytes)` lies inside one live allocation.
+    pub(crate) fn span(&self, call: &'static str, ptr: u64, bytes: u64) -> Result<Span, BackendError> {
+        let end = ptr.checked_add(bytes).ok_or_else(|| {
+            invalid(call, format!("range {ptr:#x} + {bytes} overflows the address space"))
+        })?;
+        let Some((&base, alloc)) = self.allocs.range(..=ptr).next_back() else {
+            return Err(invalid(call, format!("{ptr:#x} is not in a live raw allocation")));
+        };
+        if end > base + alloc.len || ptr >= base + alloc.len.max(1) {
+            return Err(invalid(
+                call,
+                format!(
+                    "range [{ptr:#x}, {end:#x}) is not inside one live raw allocation \
+                     (nearest: [{base:#x}, {:#x}))",
+                    base + alloc.len
+                ),
+            ));
+        }
+        Ok(Span {
+            base,
+            offset: (ptr - base) as usize,
+            len: bytes as usize,
+            buf: alloc.data.clone(),
+        })
+    }
+
+    /// The allocation a validated span belongs to.
+    pub(crate) fn alloc_mut(&mut self, base: u64) -> Option<&mut RawAlloc> {
+        self.allocs.get_mut(&base)
+    }
+
+    /// Every live allocation, for the detector's history pruning.
+    pub(crate) fn allocs_mut(&mut self) -> impl Iterator<Item = &mut RawAlloc> {
+        self.allocs.values_mut()
+    }
+}
+
+/// Which [`AllocationId`] owns each annotated byte range of one raw allocation: disjoint
+/// intervals keyed by start, each `(end, id)`.
+#[derive(Default)]
+pub(crate) struct Annotations(BTreeMap<u64, (u64, AllocationId)>);
+
+impl Annotations {
+    /// `[start, end)` now belongs to `id`; overlapped parts of older intervals are cut away.
+    pub(crate) fn annotate(&mut self, start: u64, end: u64, id: AllocationId) {
+        if start >= end {
+            return;
+        }
+        // An interval that begins before `start` and reaches into it keeps its head.
+        if let Some((&s, &(e, old))) = self.0.range(..start).next_back()
+            && e > start
+        {
+            self.0.insert(s, (start, old));
+            if e > end {
+                self.0.insert(end, (e, old));
+            }
+        }
+        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some((e, old)) = self.0.remove(&s)
+                && e > end
+            {
+                self.0.insert(end, (e, old));
+            }
+        }
+        self.0.insert(start, (end, id));
+    }
+
+    /// The allocation owning byte `addr`, if annotated.
+    pub(crate) fn owner(&self, addr: u64) -> Option<AllocationId> {
+        self.0
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, (end, _))| *end > addr)
+            .map(|(_, (_, id))| *id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_split_and_replace() {
+        let mut a = Annotations::default();
+        a.annotate(0, 100, AllocationId(1));
+        a.annotate(40, 60, AllocationId(2));
+        assert_eq!(a.owner(39), Some(AllocationId(1)));
+        assert_eq!(a.owner(40), Some(AllocationId(2)));
+        assert_eq!(a.owner(59), Some(AllocationId(2)));
+        assert_eq!(a.owner(60), Some(AllocationId(1)));
+        assert_eq!(a.owner(100), None);
+        a.annotate(0, 100, AllocationId(3));
+        assert_eq!(a.0.len(), 1);
+        assert_eq!(a.owner(50), Some(AllocationId(3)));
+    }
+
+    #[test]
+    fn spans_are_validated_and_addresses_aligned() {
+        let mut m = Memory::new(1, 4096, true, None);
+        let a = m.malloc(100).unwrap();
+        let b = m.malloc(100).unwrap();
+        assert_eq!(a % ALLOCATION_ALIGNMENT, 0);
+        assert_eq!(b % ALLOCATION_ALIGNMENT, 0);
+        assert!(m.span("t", a, 100).is_ok());
+        assert!(m.span("t", a + 99, 1).is_ok());
+        assert!(m.span("t", a, 101).is_err());
+        assert!(m.span("t", a + 100, 0).is_err());
+        assert!(m.span("t", a - 1, 1).is_err());
+        assert!(m.span("t", u64::MAX, 2).is_err());
+        assert!(m.malloc(4000).is_err());
+        assert_eq!(m.info(), (4096 - 200, 4096));
+    }
+}

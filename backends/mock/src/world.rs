@@ -1,0 +1,277 @@
+//! The state of one mock cluster, guarded by one mutex: devices (memory, host clocks,
+//! race logs), streams (queues, clocks, progress), joint-op groups.
+//!
+//! One lock for everything keeps the invariants simple: an op's clock, its place in the
+//! stream queue and its entries in the access history are decided atomically, so the
+//! detector's view of the order always matches the executor's. Data movement happens
+//! outside the lock (see `executor.rs`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memreuse_core::{AccessKind, BackendError, StreamId};
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::VClock;
+use crate::config::MockConfig;
+use crate::detector::{Access, OpInfo, RaceLog};
+use crate::joint::JointBody;
+use crate::memory::{Memory, Span};
+use crate::rng::SplitMix64;
+
+/// Shared by every handle of a cluster and by its worker threads.
+pub(crate) struct Core {
+    /// All mutable state.
+    pub world: Mutex<World>,
+    /// Signalled whenever an op is enqueued or finishes, or the cluster shuts down.
+    pub cv: Condvar,
+    /// The configuration the cluster was created with.
+    pub config: MockConfig,
+    /// Process-wide identity of the cluster (checks that handles belong to it).
+    pub uid: u64,
+}
+
+/// One executed op, as logged for [`crate::MockDevice::execution_trace`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutedOp {
+    /// Cluster-wide enqueue number of the op.
+    pub seq: u64,
+    /// The stream it ran on (a joint op is logged once per participant).
+    pub stream: StreamId,
+    /// Op kind and label.
+    pub op: String,
+}
+
+/// Mutable state of the cluster.
+pub(crate) struct World {
+    pub devices: Vec<DeviceState>,
+    pub streams: Vec<StreamState>,
+    pub groups: Vec<GroupState>,
+    pub next_op: u64,
+    /// Deterministic mode's generator; `None` in threaded mode.
+    pub rng: Option<SplitMix64>,
+    /// Deterministic mode: a host thread is running an op (only one may).
+    pub driving: bool,
+    pub shutdown: bool,
+    pub trace: Vec<ExecutedOp>,
+}
+
+/// Per-device state.
+pub(crate) struct DeviceState {
+    /// `device_index()`.
+    pub index: usize,
+    pub memory: Memory,
+    /// What the host threads driving this device have observed to be complete.
+    pub host: VClock,
+    /// Global indices of this device's streams; the first is the default stream.
+    pub streams: Vec<usize>,
+    /// Label of the ops enqueued next (`set_op_label`).
+    pub label: Arc<str>,
+    pub races: RaceLog,
+    /// Approximate number of stored accesses, to decide when to prune.
+    pub history_len: usize,
+    pub prune_at: usize,
+    /// Most recent op failure on this device, until taken.
+    pub last_error: Option<BackendError>,
+}
+
+/// Per-stream state.
+pub(crate) struct StreamState {
+    pub device: usize,
+    pub clock: VClock,
+    pub queue: VecDeque<Op>,
+    /// Entries ever pushed onto / finished from `queue`: positions for events and syncs.
+    pub enqueued: u64,
+    pub completed: u64,
+    /// The head entry was taken and is executing.
+    pub running: bool,
+    /// First failure not yet taken: its position and error.
+    pub error: Option<(u64, BackendError)>,
+}
+
+impl StreamState {
+    /// The error a wait for position `target` must report, if any.
+    pub(crate) fn error_upto(&self, target: u64) -> Option<BackendError> {
+        self.error
+            .as_ref()
+            .filter(|(pos, _)| *pos <= target)
+            .map(|(_, e)| e.clone())
+    }
+}
+
+/// One queue entry.
+pub(crate) struct Op {
+    pub info: Arc<OpInfo>,
+    /// Injected busy period before the work.
+    pub delay: Duration,
+    pub work: Work,
+}
+
+/// A custom op's body (see [`crate::MockDevice::enqueue_custom`]).
+pub(crate) type CustomBody = JointBody;
+
+/// What an op does.
+pub(crate) enum Work {
+    Memset(Span),
+    HostToDevice(Span, Vec<u8>),
+    DeviceToHost(Span, Arc<Mutex<Option<Vec<u8>>>>),
+    DeviceToDevice { src: Span, dst: Span },
+    Delay(Duration),
+    /// Device-side wait: ready once `stream` finished `target` entries.
+    Wait { stream: usize, target: u64 },
+    Custom { regions: Vec<Span>, body: Option<CustomBody> },
+    /// This stream's share of the `k`-th op of joint group `group`.
+    Joint { group: usize, k: u64 },
+}
+
+/// A joint-op group: one participant device per rank.
+pub(crate) struct GroupState {
+    /// Device slot of each rank.
+    pub devices: Vec<usize>,
+    /// Next op number per rank (ops are matched by number, NCCL-style).
+    pub submitted: Vec<u64>,
+    pub slots: HashMap<u64, Slot>,
+}
+
+/// The `k`-th joint op of a group, while any rank still has it queued.
+pub(crate) struct Slot {
+    pub parts: Vec<Option<Part>>,
+    /// Stream of each rank that submitted.
+    pub streams: Vec<Option<usize>>,
+    pub arrived: usize,
+    /// When the first participant stream reached the op (starts the timeout).
+    pub first_reached: Option<Instant>,
+    pub timeout: Duration,
+    pub failed: Option<BackendError>,
+    /// Ranks whose queue entry finished.
+    pub done: usize,
+    /// Ranks' data taken for execution.
+    pub taken: bool,
+}
+
+/// One rank's submission to a joint op.
+pub(crate) struct Part {
+    pub name: String,
+    pub device: usize,
+    pub regions: Vec<Span>,
+    pub body: Option<JointBody>,
+    pub clock: VClock,
+}
+
+impl World {
+    /// Op kind plus the device's current label.
+    pub(crate) fn describe(&self, device: usize, kind: &str) -> String {
+        let label = &self.devices[device].label;
+        if label.is_empty() {
+            kind.to_owned()
+        } else {
+            format!("{kind} [{label}]")
+        }
+    }
+
+    /// Starts an op on stream `s`: joins the device's host clock into the stream, ticks it,
+    /// checks and records `accesses`, and returns the op's identity and epoch.
+    pub(crate) fn begin_op(
+        &mut self,
+        s: usize,
+        kind: &str,
+        accesses: &[(Span, AccessKind)],
+    ) -> Arc<OpInfo> {
+        let device = self.streams[s].device;
+        let desc = self.describe(device, kind);
+        let seq = self.next_op;
+        self.next_op += 1;
+        let dev = &mut self.devices[device];
+        let st = &mut self.streams[s];
+        st.clock.join(&dev.host);
+        let tick = st.clock.tick(s);
+        let info = Arc::new(OpInfo {
+            seq,
+            desc,
+            stream: StreamId(s as u64),
+        });
+        let recorded: Vec<(u64, Access)> = accesses
+            .iter()
+            .filter(|(span, _)| span.len > 0)
+            .map(|(span, kind)| {
+                let (start, end) = span.range();
+                let alloc = dev
+                    .memory
+                    .alloc_mut(span.base)
+                    .and_then(|a| a.annotations.owner(start));
+                let acc = Access {
+                    start,
+                    end,
+                    kind: *kind,
+                    comp: s,
+                    tick,
+                    op: Arc::clone(&info),
+                    alloc,
+                };
+                (span.base, acc)
+            })
+            .collect();
+        let DeviceState { memory, races, .. } = dev;
+        let mut reported: Vec<u64> = Vec::new();
+        for (base, acc) in &recorded {
+            let Some(raw) = memory.alloc_mut(*base) else {
+                continue;
+            };
+            let mut found = Vec::new();
+            raw.history.check(acc, &st.clock, &mut found);
+            for earlier in found {
+                // One report per pair of ops, even when several of their ranges overlap.
+                if !reported.contains(&earlier.op.seq) {
+                    reported.push(earlier.op.seq);
+                    races.add(earlier, acc, false);
+                }
+            }
+        }
+        dev.history_len += recorded.len();
+        for (base, acc) in recorded {
+            if let Some(raw) = memory.alloc_mut(base) {
+                raw.history.insert(acc);
+            }
+        }
+        if dev.history_len > dev.prune_at {
+            self.prune(device);
+        }
+        info
+    }
+
+    /// Drops the history every clock of `device` (its streams and its host) has passed.
+    pub(crate) fn prune(&mut self, device: usize) {
+        let dev = &self.devices[device];
+        let mut passed = dev.host.clone();
+        for &s in &dev.streams {
+            passed.meet(&self.streams[s].clock);
+        }
+        let dev = &mut self.devices[device];
+        let mut len = 0;
+        for raw in dev.memory.allocs_mut() {
+            raw.history.prune(&passed);
+            len += raw.history.len();
+        }
+        dev.history_len = len;
+        dev.prune_at = (2 * len).max(4096);
+    }
+
+    /// Appends `op` to stream `s`; returns its position (what a sync waits for).
+    pub(crate) fn push(&mut self, s: usize, op: Op) -> u64 {
+        let st = &mut self.streams[s];
+        st.queue.push_back(op);
+        st.enqueued += 1;
+        st.enqueued
+    }
+
+    /// Records `err` as the failure of the entry at `pos` on stream `s`.
+    pub(crate) fn fail_stream(&mut self, s: usize, pos: u64, err: BackendError) {
+        let st = &mut self.streams[s];
+        if st.error.is_none() {
+            st.error = Some((pos, err.clone()));
+        }
+        tracing::warn!(target: "memreuse_mock", "stream {s}: {err}");
+        self.devices[st.device].last_error = Some(err);
+    }
+}

@@ -1,0 +1,101 @@
+//! Collective arithmetic on the host, exact for values within the exactness bound.
+
+use super::EXACT_BOUND;
+use super::engine::Memory;
+use crate::schedule::{OpKind, ReduceOp};
+
+/// A reduction whose absolute total left the exactness bound.
+pub(super) struct Overflow {
+    /// Index into the members of the collective.
+    pub(super) member: usize,
+    pub(super) tensor: String,
+    pub(super) magnitude: u64,
+}
+
+/// Element-wise reduction of equally long inputs; also the largest absolute total a sum
+/// adds up (0 for max/min, which add nothing up).
+fn reduce(inputs: &[Vec<f32>], op: ReduceOp) -> (Vec<f32>, f64) {
+    let len = inputs.first().map_or(0, Vec::len);
+    let mut worst = 0.0f64;
+    let out = (0..len)
+        .map(|i| {
+            let column = inputs.iter().filter_map(|x| x.get(i).copied());
+            match op {
+                ReduceOp::Sum => {
+                    let (sum, abs) = column.fold((0.0f64, 0.0f64), |(s, a), v| (s + f64::from(v), a + f64::from(v).abs()));
+                    worst = worst.max(abs);
+                    sum as f32
+                }
+                ReduceOp::Max => column.fold(f32::NEG_INFINITY, f32::max),
+                ReduceOp::Min => column.fold(f32::INFINITY, f32::min),
+            }
+        })
+        .collect();
+    (out, worst)
+}
+
+/// Executes one matched collective. `members` are (global rank, that rank's op) in
+/// group-rank order. Returns the first exactness violation, if any.
+pub(super) fn execute(members: &[(usize, &OpKind)], memory: &mut Memory) -> Option<Overflow> {
+    let (_, first) = members.first()?;
+    let read = |memory: &Memory, (rank, op): &(usize, &OpKind)| -> Vec<f32> {
+        let name = match op {
+            OpKind::AllReduce { t, .. } | OpKind::Broadcast { t, .. } => t,
+            OpKind::AllGather { input, .. } | OpKind::ReduceScatter { input, .. } | OpKind::AllToAll { input, .. } => input,
+            _ => return Vec::new(),
+        };
+        memory.get(*rank).and_then(|m| m.get(name)).cloned().unwrap_or_default()
+    };
+    let inputs: Vec<Vec<f32>> = members.iter().map(|m| read(memory, m)).collect();
+    let gs = members.len();
+    let outputs: Vec<Option<Vec<f32>>> = match first {
+        OpKind::AllReduce { reduce: r, .. } => {
+            let (out, worst) = reduce(&inputs, r.unwrap_or_default());
+            if worst > EXACT_BOUND {
+                return Some(overflow(members, worst));
+            }
+            vec![Some(out); gs]
+        }
+        OpKind::ReduceScatter { reduce: r, .. } => {
+            let (out, worst) = reduce(&inputs, r.unwrap_or_default());
+            if worst > EXACT_BOUND {
+                return Some(overflow(members, worst));
+            }
+            let chunk = out.len() / gs.max(1);
+            (0..gs).map(|g| out.get(g * chunk..(g + 1) * chunk).map(<[f32]>::to_vec)).collect()
+        }
+        OpKind::AllGather { .. } => vec![Some(inputs.concat()); gs],
+        OpKind::AllToAll { .. } => {
+            let chunk = inputs.first().map_or(0, Vec::len) / gs.max(1);
+            (0..gs)
+                .map(|j| (0..gs).map(|i| inputs[i].get(j * chunk..(j + 1) * chunk)).collect::<Option<Vec<&[f32]>>>().map(|c| c.concat()))
+                .collect()
+        }
+        OpKind::Broadcast { root, .. } => {
+            let root = root.unwrap_or(0);
+            let data = inputs.get(root).cloned();
+            (0..gs).map(|g| if g == root { None } else { data.clone() }).collect()
+        }
+        _ => vec![None; gs],
+    };
+    for ((rank, op), out) in members.iter().zip(outputs) {
+        let name = match op {
+            OpKind::AllReduce { t, .. } | OpKind::Broadcast { t, .. } => t,
+            OpKind::AllGather { out, .. } | OpKind::ReduceScatter { out, .. } | OpKind::AllToAll { out, .. } => out,
+            _ => continue,
+        };
+        if let (Some(out), Some(mem)) = (out, memory.get_mut(*rank)) {
+            mem.insert(name.clone(), out);
+        }
+    }
+    None
+}
+
+fn overflow(members: &[(usize, &OpKind)], worst: f64) -> Overflow {
+    let tensor = match members.first().map(|m| m.1) {
+        Some(OpKind::AllReduce { t, .. }) => t.clone(),
+        Some(OpKind::ReduceScatter { input, .. }) => input.clone(),
+        _ => String::new(),
+    };
+    Overflow { member: 0, tensor, magnitude: worst as u64 }
+}

@@ -1,0 +1,181 @@
+//! The HTML report: the comparison table and, per schedule, an SVG plot per (backend,
+//! mode) of reserved and allocated bytes over the schedule's ops.
+
+use std::fmt::Write as _;
+
+use plotters::prelude::*;
+
+use super::human_bytes;
+use super::json::Report;
+
+/// Memory over one run: for each rank, `(allocated, reserved)` bytes after every op the
+/// rank executed, in its program order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemorySeries {
+    /// Schedule name.
+    pub schedule: String,
+    /// Backend name.
+    pub backend: String,
+    /// Mode name.
+    pub mode: String,
+    /// Per rank, per op: (allocated bytes, reserved bytes).
+    pub per_rank: Vec<Vec<(u64, u64)>>,
+}
+
+impl MemorySeries {
+    /// At each op index, the maximum over ranks (ranks run different numbers of ops; a
+    /// rank that finished keeps its last value).
+    pub fn max_over_ranks(&self) -> Vec<(u64, u64)> {
+        let len = self.per_rank.iter().map(Vec::len).max().unwrap_or(0);
+        (0..len)
+            .map(|i| {
+                self.per_rank.iter().fold((0, 0), |(a, r), rank| {
+                    let (ra, rr) = rank.get(i).or(rank.last()).copied().unwrap_or((0, 0));
+                    (a.max(ra), r.max(rr))
+                })
+            })
+            .collect()
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Draws one SVG chart of a series; `None` when the series is empty or plotting failed
+/// (the page then says so instead of failing the whole report).
+fn plot(series: &MemorySeries) -> Option<String> {
+    let points = series.max_over_ranks();
+    if points.is_empty() {
+        return None;
+    }
+    let max_y = points.iter().map(|&(a, r)| a.max(r)).max().unwrap_or(0).max(1) as f64 / (1024.0 * 1024.0);
+    let max_x = points.len();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(format!("{} / {} / mode {}", series.schedule, series.backend, series.mode), ("sans-serif", 16))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0usize..max_x, 0f64..max_y * 1.05)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("op (program order, max over ranks)")
+            .y_desc("MiB")
+            .draw()
+            .ok()?;
+        let to_mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        chart
+            .draw_series(LineSeries::new(points.iter().enumerate().map(|(i, &(_, r))| (i, to_mib(r))), &BLUE))
+            .ok()?
+            .label("reserved")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE));
+        chart
+            .draw_series(LineSeries::new(points.iter().enumerate().map(|(i, &(a, _))| (i, to_mib(a))), &RED))
+            .ok()?
+            .label("allocated")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+/// Renders the whole report as one self-contained HTML page.
+pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
+    let mut out = String::new();
+    out.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>memreuse conformance report</title>\n");
+    out.push_str("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l{text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}</style>\n");
+    out.push_str("</head><body>\n<h1>memreuse conformance report</h1>\n");
+    let _ = writeln!(out, "<p>{} runs, tool version {}.</p>", report.runs.len(), escape(&report.tool_version));
+    let mut schedules: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !schedules.contains(&r.schedule.as_str()) {
+            schedules.push(&r.schedule);
+        }
+    }
+    for name in schedules {
+        let _ = writeln!(out, "<h2>{}</h2>", escape(name));
+        out.push_str("<table><tr><th>backend</th><th>mode</th><th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th></tr>\n");
+        for r in report.runs.iter().filter(|r| r.schedule == name) {
+            let races = r.races.map_or_else(|| "n/a".to_owned(), |c| format!("{}/{}", c.reuse, c.schedule));
+            let detail = r.skip_reason.as_deref().or(r.error.as_deref()).unwrap_or("");
+            let _ = writeln!(
+                out,
+                "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"l {}\">{} {}</td></tr>",
+                escape(&r.backend),
+                escape(&r.mode),
+                human_bytes(r.peak_reserved_bytes),
+                human_bytes(r.peak_allocated_bytes),
+                human_bytes(r.live_peak_bytes),
+                r.reuse_events_created,
+                r.record_stream_calls,
+                r.erase_stream_calls,
+                r.shelf_stashes,
+                races,
+                escape(r.digest.as_deref().unwrap_or("-")),
+                r.wall_ms,
+                r.status.as_str(),
+                r.status.as_str(),
+                escape(detail),
+            );
+        }
+        out.push_str("</table>\n");
+        for s in series.iter().filter(|s| s.schedule == name) {
+            match plot(s) {
+                Some(svg) => {
+                    out.push_str("<div>");
+                    out.push_str(&svg);
+                    out.push_str("</div>\n");
+                }
+                None => {
+                    let _ = writeln!(out, "<p>No memory series for {} mode {}.</p>", escape(&s.backend), escape(&s.mode));
+                }
+            }
+        }
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::json::{RunRecord, RunStatus};
+
+    #[test]
+    fn max_over_ranks_pads_finished_ranks_with_their_last_value() {
+        let s = MemorySeries {
+            per_rank: vec![vec![(1, 10), (5, 10)], vec![(2, 20), (3, 20), (4, 30)]],
+            ..MemorySeries::default()
+        };
+        assert_eq!(s.max_over_ranks(), vec![(2, 20), (5, 20), (5, 30)]);
+    }
+
+    #[test]
+    fn page_embeds_one_svg_per_series_and_escapes_names() {
+        let mut report = Report::new();
+        let mut r = RunRecord::empty("a<b", "mock", "2", 1, 1);
+        r.status = RunStatus::Passed;
+        report.runs.push(r);
+        let series = MemorySeries {
+            schedule: "a<b".into(),
+            backend: "mock".into(),
+            mode: "2".into(),
+            per_rank: vec![vec![(0, 0), (1 << 20, 2 << 20), (0, 2 << 20)]],
+        };
+        let page = render_html(&report, &[series]);
+        assert!(page.contains("<h2>a&lt;b</h2>"));
+        assert_eq!(page.matches("<svg").count(), 1, "one plot");
+        assert!(page.contains("reserved") && page.contains("allocated"));
+    }
+}

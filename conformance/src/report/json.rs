@@ -1,0 +1,217 @@
+//! The JSON report, `memreuse.report/1`. Scripts read it: fields may only be added, as
+//! optional ones.
+
+use serde::{Deserialize, Serialize};
+
+/// The `format` value of every report.
+pub const REPORT_FORMAT: &str = "memreuse.report/1";
+
+/// A whole report: one record per (schedule, backend, mode) run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Always [`REPORT_FORMAT`].
+    pub format: String,
+    /// Version of the tool that wrote it.
+    pub tool_version: String,
+    /// The runs, in execution order.
+    pub runs: Vec<RunRecord>,
+}
+
+impl Report {
+    /// An empty report stamped with this crate's version.
+    pub fn new() -> Report {
+        Report {
+            format: REPORT_FORMAT.to_owned(),
+            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// True when every run passed or was skipped (the runner's exit status 0).
+    pub fn all_passed_or_skipped(&self) -> bool {
+        self.runs
+            .iter()
+            .all(|r| matches!(r.status, RunStatus::Passed | RunStatus::Skipped))
+    }
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report::new()
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Every check matched, no race, no leak.
+    Passed,
+    /// A mismatch, a race or a leak.
+    Failed,
+    /// The run could not complete (the message is in `error`).
+    Error,
+    /// Not run: backend unavailable or too few devices (the reason is in `skip_reason`).
+    Skipped,
+}
+
+impl RunStatus {
+    /// The lowercase name used in the JSON and the table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Passed => "passed",
+            RunStatus::Failed => "failed",
+            RunStatus::Error => "error",
+            RunStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// Races found by the backend's detector, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaceCounts {
+    /// Two allocations sharing memory (an allocator or policy bug).
+    pub reuse: u64,
+    /// One allocation (a schedule bug).
+    pub schedule: u64,
+}
+
+/// One (schedule, backend, mode) run. Byte peaks are maxima over ranks; counters,
+/// `mismatches` and `leaked_bytes` are sums over ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Schedule name.
+    pub schedule: String,
+    /// Backend name.
+    pub backend: String,
+    /// `"0"`..`"3"` or `"unsafe"`.
+    pub mode: String,
+    /// Ranks.
+    pub world_size: usize,
+    /// Body iterations.
+    pub iterations: u64,
+    /// Outcome.
+    pub status: RunStatus,
+    /// Why the run was skipped.
+    pub skip_reason: Option<String>,
+    /// Why the run could not complete.
+    pub error: Option<String>,
+    /// Checks whose contents differed from the reference.
+    pub mismatches: u64,
+    /// Races by kind; `null` on backends without a race detector.
+    pub races: Option<RaceCounts>,
+    /// Bytes still allocated after teardown and process-group shutdown.
+    pub leaked_bytes: u64,
+    /// The observed digest of every check (16 lowercase hex digits).
+    pub digest: Option<String>,
+    /// Peak allocated bytes (max over ranks).
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved bytes (max over ranks).
+    pub peak_reserved_bytes: u64,
+    /// The schedule's own lower bound.
+    pub live_peak_bytes: u64,
+    /// Events the allocator recorded for pending frees.
+    pub reuse_events_created: u64,
+    /// `record_stream` calls (user and process group).
+    pub record_stream_calls: u64,
+    /// `erase_stream` calls.
+    pub erase_stream_calls: u64,
+    /// Tensors stashed on shelves.
+    pub shelf_stashes: u64,
+    /// Shelves handed over by the watchdog.
+    pub shelf_unstashed_by_watchdog: u64,
+    /// Allocation retries after freeing cache.
+    pub alloc_retries: u64,
+    /// Out-of-memory errors.
+    pub ooms: u64,
+    /// Wall time of the whole run.
+    pub wall_ms: f64,
+    /// Median wall time of the body iterations after the first; `null` with fewer than two.
+    pub step_ms_median: Option<f64>,
+    /// The reference digest computed from the schedule alone (optional field added by
+    /// memreuse; equal to `digest` for a passing run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_digest: Option<String>,
+    /// The first race reports, in words (optional field added by memreuse).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub race_examples: Vec<String>,
+}
+
+impl RunRecord {
+    /// A record with every figure zero, for `schedule` on `backend` in `mode`.
+    pub fn empty(schedule: &str, backend: &str, mode: &str, world_size: usize, iterations: u64) -> RunRecord {
+        RunRecord {
+            schedule: schedule.to_owned(),
+            backend: backend.to_owned(),
+            mode: mode.to_owned(),
+            world_size,
+            iterations,
+            status: RunStatus::Error,
+            skip_reason: None,
+            error: None,
+            mismatches: 0,
+            races: None,
+            leaked_bytes: 0,
+            digest: None,
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: 0,
+            live_peak_bytes: 0,
+            reuse_events_created: 0,
+            record_stream_calls: 0,
+            erase_stream_calls: 0,
+            shelf_stashes: 0,
+            shelf_unstashed_by_watchdog: 0,
+            alloc_retries: 0,
+            ooms: 0,
+            wall_ms: 0.0,
+            step_ms_median: None,
+            reference_digest: None,
+            race_examples: Vec::new(),
+        }
+    }
+
+    /// A skipped run.
+    pub fn skipped(schedule: &str, backend: &str, mode: &str, world_size: usize, iterations: u64, reason: String) -> RunRecord {
+        RunRecord {
+            status: RunStatus::Skipped,
+            skip_reason: Some(reason),
+            ..RunRecord::empty(schedule, backend, mode, world_size, iterations)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_every_field_of_the_v1_example_with_lowercase_status() {
+        let mut r = RunRecord::empty("fsdp-tiny", "mock", "2", 4, 3);
+        r.status = RunStatus::Passed;
+        r.races = Some(RaceCounts::default());
+        r.digest = Some("9f2c5e01a4b7d3c8".into());
+        let v = serde_json::to_value(&r).unwrap();
+        for key in [
+            "schedule", "backend", "mode", "world_size", "iterations", "status", "skip_reason", "error",
+            "mismatches", "races", "leaked_bytes", "digest", "peak_allocated_bytes", "peak_reserved_bytes",
+            "live_peak_bytes", "reuse_events_created", "record_stream_calls", "erase_stream_calls",
+            "shelf_stashes", "shelf_unstashed_by_watchdog", "alloc_retries", "ooms", "wall_ms",
+            "step_ms_median",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(v["status"], "passed");
+        assert_eq!(v["races"]["reuse"], 0);
+        assert!(v["step_ms_median"].is_null());
+        assert!(v.get("race_examples").is_none(), "empty optional extras are omitted");
+    }
+
+    #[test]
+    fn exit_status_rule_counts_failed_and_error_runs() {
+        let mut report = Report::new();
+        report.runs.push(RunRecord::skipped("a", "cuda", "0", 2, 1, "no driver".into()));
+        assert!(report.all_passed_or_skipped());
+        report.runs.push(RunRecord::empty("a", "mock", "0", 2, 1));
+        assert!(!report.all_passed_or_skipped());
+    }
+}

@@ -1,0 +1,104 @@
+//! The terminal comparison table: one block per schedule, one row per (backend, mode).
+
+use std::fmt::Write as _;
+
+use super::human_bytes;
+use super::json::{Report, RunStatus};
+
+/// Renders the comparison table of a report as plain text.
+pub fn render_table(report: &Report) -> String {
+    let mut out = String::new();
+    let mut schedules: Vec<&str> = Vec::new();
+    for r in &report.runs {
+        if !schedules.contains(&r.schedule.as_str()) {
+            schedules.push(&r.schedule);
+        }
+    }
+    let header = [
+        "backend", "mode", "peak reserved", "peak allocated", "live peak", "reuse events",
+        "record_stream", "wall ms", "status",
+    ];
+    for name in schedules {
+        let rows: Vec<[String; 9]> = report
+            .runs
+            .iter()
+            .filter(|r| r.schedule == name)
+            .map(|r| {
+                let status = match r.status {
+                    RunStatus::Skipped => format!("skipped: {}", r.skip_reason.as_deref().unwrap_or("")),
+                    RunStatus::Error => format!("error: {}", r.error.as_deref().unwrap_or("")),
+                    RunStatus::Failed => {
+                        let races = r.races.unwrap_or_default();
+                        format!(
+                            "FAILED (mismatches {}, reuse races {}, schedule races {}, leaked {})",
+                            r.mismatches, races.reuse, races.schedule, human_bytes(r.leaked_bytes)
+                        )
+                    }
+                    RunStatus::Passed => "passed".to_owned(),
+                };
+                [
+                    r.backend.clone(),
+                    r.mode.clone(),
+                    human_bytes(r.peak_reserved_bytes),
+                    human_bytes(r.peak_allocated_bytes),
+                    human_bytes(r.live_peak_bytes),
+                    r.reuse_events_created.to_string(),
+                    r.record_stream_calls.to_string(),
+                    format!("{:.1}", r.wall_ms),
+                    status,
+                ]
+            })
+            .collect();
+        let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row.iter()).take(8) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let _ = writeln!(out, "{name}");
+        let line = |cells: &[&str]| {
+            let mut s = String::from(" ");
+            for (i, c) in cells.iter().enumerate() {
+                if i < 8 {
+                    let _ = write!(s, " {c:>w$} |", w = widths[i]);
+                } else {
+                    let _ = write!(s, " {c}");
+                }
+            }
+            s
+        };
+        let _ = writeln!(out, "{}", line(&header));
+        for row in &rows {
+            let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+            let _ = writeln!(out, "{}", line(&cells));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::json::{RaceCounts, RunRecord};
+
+    #[test]
+    fn one_block_per_schedule_with_status_reasons() {
+        let mut report = Report::new();
+        let mut a = RunRecord::empty("ddp", "mock", "2", 2, 3);
+        a.status = RunStatus::Passed;
+        a.peak_reserved_bytes = 2 << 20;
+        let mut b = RunRecord::empty("ddp", "mock", "unsafe", 2, 3);
+        b.status = RunStatus::Failed;
+        b.races = Some(RaceCounts { reuse: 3, schedule: 0 });
+        report.runs.push(a);
+        report.runs.push(b);
+        report.runs.push(RunRecord::skipped("tp", "cuda", "0", 2, 1, "no libcuda".into()));
+        let t = render_table(&report);
+        assert!(t.starts_with("ddp\n"), "{t}");
+        assert!(t.contains("2.0 MiB"));
+        assert!(t.contains("reuse races 3"));
+        assert!(t.contains("\ntp\n"));
+        assert!(t.contains("skipped: no libcuda"));
+    }
+}

@@ -1,0 +1,174 @@
+//! JSON -> [`Schedule`], with errors that name the file, the phase and the op index.
+//!
+//! Parsing goes through `serde_json::Value` in two stages so that an error inside an op can
+//! be attributed to its phase and index (serde alone only knows line and column).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{FORMAT, Op, OpKind, Phase, Schedule};
+
+/// Why a schedule could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseErrorKind {
+    /// The file could not be read.
+    #[error("cannot read file: {0}")]
+    Io(String),
+    /// The text is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    /// The top level is not a JSON object.
+    #[error("the schedule is not a JSON object")]
+    NotAnObject,
+    /// `format` is missing or not `memreuse.schedule/1`.
+    #[error("wrong format {0:?}: expected \"memreuse.schedule/1\"")]
+    WrongFormat(String),
+    /// An op whose `"op"` is not one of the known ops.
+    #[error("unknown op {0:?}")]
+    UnknownOp(String),
+    /// A field that the format does not define.
+    #[error("unknown field {0:?}")]
+    UnknownField(String),
+    /// A required field is absent.
+    #[error("missing field {0:?}")]
+    MissingField(String),
+    /// A field has the wrong type or an out-of-range value.
+    #[error("invalid value: {0}")]
+    InvalidValue(String),
+}
+
+/// A parse failure: the file, where in it (when known), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// The file (or the name given to [`Schedule::from_json_str`]).
+    pub file: String,
+    /// The phase of the op at fault, when the error is inside an op.
+    pub phase: Option<Phase>,
+    /// The index of the op at fault inside its phase.
+    pub op_index: Option<usize>,
+    /// The reason.
+    pub kind: ParseErrorKind,
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(phase) = self.phase {
+            write!(f, ": {phase}")?;
+        }
+        if let Some(i) = self.op_index {
+            write!(f, " op {i}")?;
+        }
+        write!(f, ": {}", self.kind)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+fn default_iterations() -> u32 {
+    1
+}
+
+/// The top level with ops still as raw values (see the module doc).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSchedule {
+    #[allow(dead_code)] // checked before this struct is built; kept so it is a known field
+    format: String,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    world_size: usize,
+    #[serde(default)]
+    groups: BTreeMap<String, Vec<Vec<usize>>>,
+    #[serde(default)]
+    streams: Vec<String>,
+    #[serde(default)]
+    device_memory: Option<u64>,
+    #[serde(default = "default_iterations")]
+    iterations: u32,
+    #[serde(default)]
+    setup: Vec<Value>,
+    body: Vec<Value>,
+    #[serde(default)]
+    teardown: Vec<Value>,
+}
+
+const OP_NAMES: [&str; 23] = [
+    "alloc", "upload", "zero", "copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+    "broadcast", "send", "recv", "batch", "barrier", "wait", "drop_work", "free", "set_stream",
+    "wait_stream", "record_stream", "sync", "check", "empty_cache", "delay",
+];
+
+/// Maps serde's message to a typed kind. serde_json reports unknown and missing fields only
+/// as text, so the message prefix is the one stable signal available.
+fn classify(err: &serde_json::Error) -> ParseErrorKind {
+    let msg = err.to_string();
+    let quoted = || msg.split('`').nth(1).unwrap_or_default().to_owned();
+    if msg.starts_with("unknown field") {
+        ParseErrorKind::UnknownField(quoted())
+    } else if msg.starts_with("missing field") {
+        ParseErrorKind::MissingField(quoted())
+    } else {
+        ParseErrorKind::InvalidValue(msg)
+    }
+}
+
+fn parse_op(value: Value) -> Result<Op, ParseErrorKind> {
+    let Value::Object(mut map) = value else {
+        return Err(ParseErrorKind::InvalidValue("an op must be a JSON object".to_owned()));
+    };
+    match map.get("op") {
+        None => return Err(ParseErrorKind::MissingField("op".to_owned())),
+        Some(Value::String(name)) if !OP_NAMES.contains(&name.as_str()) => {
+            return Err(ParseErrorKind::UnknownOp(name.clone()));
+        }
+        Some(Value::String(_)) => {}
+        Some(other) => return Err(ParseErrorKind::InvalidValue(format!("\"op\" must be a string, not {other}"))),
+    }
+    let ranks = match map.remove("ranks") {
+        None => None,
+        Some(v) => Some(Vec::<usize>::deserialize(v).map_err(|e| classify(&e))?),
+    };
+    let kind = OpKind::deserialize(Value::Object(map)).map_err(|e| classify(&e))?;
+    Ok(Op { kind, ranks })
+}
+
+pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
+    let err = |phase, op_index, kind| ParseError { file: file.to_owned(), phase, op_index, kind };
+    let value: Value = serde_json::from_str(text).map_err(|e| err(None, None, ParseErrorKind::NotJson(e.to_string())))?;
+    let Some(obj) = value.as_object() else {
+        return Err(err(None, None, ParseErrorKind::NotAnObject));
+    };
+    // The format is checked first: a file of another format gets that diagnosis rather than
+    // a list of unknown fields.
+    match obj.get("format") {
+        Some(Value::String(f)) if f == FORMAT => {}
+        Some(Value::String(f)) => return Err(err(None, None, ParseErrorKind::WrongFormat(f.clone()))),
+        Some(other) => return Err(err(None, None, ParseErrorKind::WrongFormat(other.to_string()))),
+        None => return Err(err(None, None, ParseErrorKind::MissingField("format".to_owned()))),
+    }
+    let raw = RawSchedule::deserialize(value).map_err(|e| err(None, None, classify(&e)))?;
+    let mut phases = [raw.setup, raw.body, raw.teardown].into_iter().zip(Phase::ALL).map(|(ops, phase)| {
+        ops.into_iter()
+            .enumerate()
+            .map(|(i, v)| parse_op(v).map_err(|k| err(Some(phase), Some(i), k)))
+            .collect::<Result<Vec<Op>, ParseError>>()
+    });
+    let mut next = || phases.next().unwrap_or_else(|| Ok(Vec::new()));
+    let (setup, body, teardown) = (next()?, next()?, next()?);
+    Ok(Schedule {
+        name: raw.name,
+        description: raw.description,
+        world_size: raw.world_size,
+        groups: raw.groups,
+        streams: raw.streams,
+        device_memory: raw.device_memory,
+        iterations: raw.iterations,
+        setup,
+        body,
+        teardown,
+    })
+}

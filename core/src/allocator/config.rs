@@ -1,0 +1,315 @@
+//! `MEMREUSE_ALLOC_CONF`: the allocator's configuration string, in PyTorch's
+//! `PYTORCH_CUDA_ALLOC_CONF` syntax.
+//!
+//! Comma-separated `key:value` pieces; the value of `roundup_power2_divisions` may be a
+//! bracketed list whose own commas do not separate pieces. Every malformed string is a typed
+//! [`ConfigError`] naming the key and what is valid; nothing is silently clamped or ignored
+//! (PyTorch clamps `max_split_size_mb` up to 20 and ignores a GC threshold without a memory
+//! fraction: memreuse rejects both).
+
+use thiserror::Error;
+
+use super::sizes::ROUNDUP_INTERVALS;
+
+/// The environment variable [`AllocatorConfig::from_env`] reads.
+pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
+
+/// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
+pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
+     roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim";
+
+/// Default capacity of the trace ring buffer, in entries.
+pub const DEFAULT_TRACE_CAPACITY: usize = 16384;
+
+/// Allocator settings. [`Default`] is PyTorch's default behaviour.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocatorConfig {
+    /// Blocks of at least this many bytes are "oversize": never split, never handed to a
+    /// smaller request. `u64::MAX` (the default) disables the rule.
+    pub max_split_size: u64,
+    /// Garbage-collect cached blocks once reserved memory passes this fraction of the
+    /// per-process limit. Only valid together with `per_process_memory_fraction`.
+    pub garbage_collection_threshold: Option<f64>,
+    /// Divisions per power-of-two interval (index 0 = below 2 MiB, then one per power of two
+    /// up to 32 GiB and above); 0 or 1 means plain 512-byte rounding.
+    pub roundup_power2_divisions: [u64; ROUNDUP_INTERVALS],
+    /// Limit the device memory this allocator reserves to this fraction of the device total.
+    pub per_process_memory_fraction: Option<f64>,
+    /// torch_npu's `multi_stream_lazy_reclaim`: process completed events at malloc only when
+    /// more than 512 are pending or no cached block fits.
+    pub lazy_reclaim: bool,
+    /// Capacity of the trace ring buffer (entries). Not settable from the string.
+    pub trace_capacity: usize,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        AllocatorConfig {
+            max_split_size: u64::MAX,
+            garbage_collection_threshold: None,
+            roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
+            per_process_memory_fraction: None,
+            lazy_reclaim: false,
+            trace_capacity: DEFAULT_TRACE_CAPACITY,
+        }
+    }
+}
+
+/// A malformed configuration string. Each variant names the key (or the piece) and what is
+/// valid.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A key memreuse does not know.
+    #[error("{ALLOC_CONF_ENV}: unknown key `{key}` (valid keys: {VALID_KEYS})")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+    },
+    /// A piece without `:` between key and value.
+    #[error("{ALLOC_CONF_ENV}: `{key}` has no value: write `{key}:VALUE` (valid keys: {VALID_KEYS})")]
+    MissingColon {
+        /// The piece as written (taken as the key).
+        key: String,
+    },
+    /// An empty piece (`a:1,,b:2`, or a trailing comma).
+    #[error(
+        "{ALLOC_CONF_ENV}: empty piece {} (pieces are `key:value` separated by single commas)",
+        after.as_ref().map_or_else(|| "at the start".to_owned(), |k| format!("after key `{k}`"))
+    )]
+    EmptyPiece {
+        /// The key of the piece before the empty one, if any.
+        after: Option<String>,
+    },
+    /// A value that is not a number of the expected kind.
+    #[error("{ALLOC_CONF_ENV}: `{key}` expects {expected}, got `{value}`")]
+    BadNumber {
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// What kind of number is valid.
+        expected: &'static str,
+    },
+    /// A number outside the valid range.
+    #[error("{ALLOC_CONF_ENV}: `{key}` must be {valid}, got `{value}`")]
+    OutOfRange {
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// The valid range.
+        valid: &'static str,
+    },
+    /// A value of the wrong shape (not a boolean, a malformed list).
+    #[error("{ALLOC_CONF_ENV}: `{key}` expects {expected}, got `{value}`")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// What is valid.
+        expected: &'static str,
+    },
+    /// The same key twice.
+    #[error("{ALLOC_CONF_ENV}: key `{key}` given more than once")]
+    DuplicateKey {
+        /// The key.
+        key: String,
+    },
+    /// A key that only makes sense together with another one.
+    #[error("{ALLOC_CONF_ENV}: `{key}` requires `{requires}` to be set as well")]
+    Requires {
+        /// The key that was given.
+        key: String,
+        /// The key it needs.
+        requires: &'static str,
+    },
+    /// The environment variable is not valid Unicode.
+    #[error("{ALLOC_CONF_ENV} is not valid Unicode")]
+    NotUnicode,
+}
+
+/// Splits on commas outside `[...]`.
+fn split_pieces(s: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                pieces.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    pieces.push(&s[start..]);
+    pieces
+}
+
+fn parse_u64(key: &str, value: &str, expected: &'static str) -> Result<u64, ConfigError> {
+    value.parse::<u64>().map_err(|_| ConfigError::BadNumber {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        expected,
+    })
+}
+
+fn parse_fraction(key: &str, value: &str, valid: &'static str, upper_inclusive: bool) -> Result<f64, ConfigError> {
+    let f = value.parse::<f64>().map_err(|_| ConfigError::BadNumber {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        expected: "a decimal number",
+    })?;
+    // Written so that NaN fails the check.
+    let ok = f > 0.0 && if upper_inclusive { f <= 1.0 } else { f < 1.0 };
+    if ok {
+        Ok(f)
+    } else {
+        Err(ConfigError::OutOfRange { key: key.to_owned(), value: value.to_owned(), valid })
+    }
+}
+
+const DIVISIONS_EXPECTED: &str = "a power of two up to 64";
+
+fn parse_divisions(key: &str, value: &str) -> Result<u64, ConfigError> {
+    let d = parse_u64(key, value, DIVISIONS_EXPECTED)?;
+    if d.is_power_of_two() && d <= 64 {
+        Ok(d)
+    } else {
+        Err(ConfigError::OutOfRange { key: key.to_owned(), value: value.to_owned(), valid: DIVISIONS_EXPECTED })
+    }
+}
+
+/// Parses `roundup_power2_divisions`: one number for every interval, or a list
+/// `[SIZE_MB:DIV,...,>:DIV]` as PyTorch does (an entry fills the intervals before it when it
+/// is the first; `>` fills every interval after the last one named).
+fn parse_roundup(key: &str, value: &str) -> Result<[u64; ROUNDUP_INTERVALS], ConfigError> {
+    let mut out = [0u64; ROUNDUP_INTERVALS];
+    let Some(inner) = value.strip_prefix('[') else {
+        out.fill(parse_divisions(key, value)?);
+        return Ok(out);
+    };
+    let bad = || ConfigError::BadValue {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        expected: "a power of two, or a list like `[256:1,512:2,>:4]` (interval in MiB, a power of two : divisions)",
+    };
+    let inner = inner.strip_suffix(']').ok_or_else(bad)?;
+    let mut last_index: Option<usize> = None;
+    for entry in inner.split(',') {
+        let (interval, divs) = entry.split_once(':').ok_or_else(bad)?;
+        let (interval, divs) = (interval.trim(), divs.trim());
+        let d = parse_divisions(key, divs)?;
+        if interval == ">" {
+            let from = last_index.map_or(0, |i| i + 1);
+            out[from.min(ROUNDUP_INTERVALS)..].fill(d);
+            continue;
+        }
+        let mb = parse_u64(key, interval, "an interval size in MiB (a power of two)")?;
+        if !mb.is_power_of_two() {
+            return Err(ConfigError::OutOfRange {
+                key: key.to_owned(),
+                value: interval.to_owned(),
+                valid: "an interval size in MiB that is a power of two",
+            });
+        }
+        let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
+        if last_index.is_none() {
+            out[..index].fill(d);
+        }
+        out[index] = d;
+        last_index = Some(index);
+    }
+    Ok(out)
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "True" | "true" | "1" => Ok(true),
+        "False" | "false" | "0" => Ok(false),
+        _ => Err(ConfigError::BadValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            expected: "True, False, true, false, 1 or 0",
+        }),
+    }
+}
+
+impl AllocatorConfig {
+    /// Parses a configuration string. An empty (or all-whitespace) string gives the defaults.
+    ///
+    /// `garbage_collection_threshold` without `per_process_memory_fraction` is an error
+    /// ([`ConfigError::Requires`]): PyTorch silently ignores it, which hides a
+    /// misconfiguration.
+    pub fn parse(s: &str) -> Result<Self, ConfigError> {
+        let mut cfg = AllocatorConfig::default();
+        if s.trim().is_empty() {
+            return Ok(cfg);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for piece in split_pieces(s) {
+            let piece = piece.trim();
+            if piece.is_empty() {
+                return Err(ConfigError::EmptyPiece { after: seen.last().map(|k| (*k).to_owned()) });
+            }
+            let Some((key, value)) = piece.split_once(':') else {
+                return Err(ConfigError::MissingColon { key: piece.to_owned() });
+            };
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "max_split_size_mb" => {
+                    let mb = parse_u64(key, value, "a whole number of MiB")?;
+                    cfg.max_split_size = mb
+                        .checked_mul(1 << 20)
+                        .filter(|_| mb >= 20)
+                        .ok_or_else(|| ConfigError::OutOfRange {
+                            key: key.to_owned(),
+                            value: value.to_owned(),
+                            valid: "at least 20 (MiB) and representable in bytes",
+                        })?;
+                }
+                "garbage_collection_threshold" => {
+                    cfg.garbage_collection_threshold =
+                        Some(parse_fraction(key, value, "between 0 and 1, exclusive", false)?);
+                }
+                "roundup_power2_divisions" => cfg.roundup_power2_divisions = parse_roundup(key, value)?,
+                "per_process_memory_fraction" => {
+                    cfg.per_process_memory_fraction =
+                        Some(parse_fraction(key, value, "greater than 0 and at most 1", true)?);
+                }
+                "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
+                _ => return Err(ConfigError::UnknownKey { key: key.to_owned() }),
+            }
+            if seen.contains(&key) {
+                return Err(ConfigError::DuplicateKey { key: key.to_owned() });
+            }
+            seen.push(key);
+        }
+        if cfg.garbage_collection_threshold.is_some() && cfg.per_process_memory_fraction.is_none() {
+            return Err(ConfigError::Requires {
+                key: "garbage_collection_threshold".to_owned(),
+                requires: "per_process_memory_fraction",
+            });
+        }
+        Ok(cfg)
+    }
+
+    /// Reads [`ALLOC_CONF_ENV`]; unset or empty after trimming gives the defaults.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match std::env::var(ALLOC_CONF_ENV) {
+            Ok(s) => Self::parse(&s),
+            Err(std::env::VarError::NotPresent) => Ok(Self::default()),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode),
+        }
+    }
+
+    /// The same configuration with a trace ring buffer of `capacity` entries.
+    pub fn with_trace_capacity(mut self, capacity: usize) -> Self {
+        self.trace_capacity = capacity;
+        self
+    }
+}

@@ -1,0 +1,122 @@
+//! Allocation errors and out-of-memory reports.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::error::BackendError;
+
+/// What OOM observers receive (PyTorch's `(device, alloc_size, limit, device_free)` and
+/// the allocator's own figures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomInfo {
+    /// Device index.
+    pub device: usize,
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// The per-process limit (`per_process_memory_fraction` x device total), if set.
+    pub limit: Option<u64>,
+    /// Free device memory as the device reported it at the failure (0 if it could not say).
+    pub device_free: u64,
+    /// Device capacity (0 if the device could not say).
+    pub device_total: u64,
+    /// Bytes allocated to callers.
+    pub allocated: u64,
+    /// Bytes reserved by the allocator (segments).
+    pub reserved: u64,
+}
+
+/// The allocator could not provide memory even after its whole retry chain.
+///
+/// Carries the numbers of PyTorch's message, plus a fragmentation hint: the largest free
+/// cached block against reserved-but-unallocated memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutOfMemory {
+    /// Device index.
+    pub device: usize,
+    /// Bytes the caller asked for.
+    pub requested: u64,
+    /// Device capacity.
+    pub device_total: u64,
+    /// Free device memory at the failure.
+    pub device_free: u64,
+    /// Bytes allocated to callers.
+    pub allocated: u64,
+    /// Bytes reserved by the allocator but not allocated (cached free plus pending-free).
+    pub reserved_unallocated: u64,
+    /// The per-process limit, if one is set.
+    pub limit: Option<u64>,
+    /// Largest free block in the cache (any stream).
+    pub largest_free_block: u64,
+}
+
+/// Bytes in PyTorch's `format_size` style (`1.50 GiB`, `20.00 MiB`, `512 bytes`).
+pub struct FormatSize(pub u64);
+
+impl fmt::Display for FormatSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        let (value, unit) = if b < 1 << 10 {
+            return write!(f, "{b} bytes");
+        } else if b < 1 << 20 {
+            (b as f64 / f64::from(1u32 << 10), "KiB")
+        } else if b < 1 << 30 {
+            (b as f64 / f64::from(1u32 << 20), "MiB")
+        } else {
+            (b as f64 / f64::from(1u32 << 30), "GiB")
+        };
+        write!(f, "{value:.2} {unit}")
+    }
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "memreuse: device {d} out of memory. Tried to allocate {req}. Device {d} has a total capacity of {tot} of which {free} is free.",
+            d = self.device,
+            req = FormatSize(self.requested),
+            tot = FormatSize(self.device_total),
+            free = FormatSize(self.device_free),
+        )?;
+        if let Some(limit) = self.limit {
+            write!(f, " This process is limited to {} (per_process_memory_fraction).", FormatSize(limit))?;
+        }
+        write!(
+            f,
+            " Of the allocated memory {} is allocated by memreuse, and {} is reserved by memreuse but unallocated.",
+            FormatSize(self.allocated),
+            FormatSize(self.reserved_unallocated),
+        )?;
+        if self.fragmented() {
+            write!(
+                f,
+                " The largest cached free block is only {}: reserved but unallocated memory is fragmented; try setting max_split_size_mb in MEMREUSE_ALLOC_CONF to avoid fragmentation.",
+                FormatSize(self.largest_free_block),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl OutOfMemory {
+    /// True when the cache holds enough unallocated memory for the request in total, but no
+    /// single free block large enough: the failure is fragmentation, not exhaustion.
+    pub fn fragmented(&self) -> bool {
+        self.reserved_unallocated >= self.requested && self.largest_free_block < self.requested
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
+/// Why [`super::CachingAllocator::allocate`] (or event processing) failed.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// Out of memory after the whole retry chain.
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
+    /// A backend call failed with something other than out-of-memory.
+    #[error("memreuse allocator: {0}")]
+    Backend(#[from] BackendError),
+}

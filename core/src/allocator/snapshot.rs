@@ -1,0 +1,142 @@
+//! Memory snapshots in the shape of `torch.cuda.memory._snapshot()`.
+
+use crate::backend::Backend;
+use crate::ids::StreamId;
+
+use super::block::Status;
+use super::sizes::PoolKind;
+use super::state::State;
+use super::trace::{TraceAction, TraceEntry};
+
+/// A block's state, as PyTorch's snapshot names it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum BlockState {
+    /// Handed out to a caller.
+    ActiveAllocated,
+    /// Freed by the caller, waiting for events on the streams that used it.
+    ActivePendingFree,
+    /// Free, cached in a pool.
+    Inactive,
+}
+
+impl BlockState {
+    /// PyTorch's name: `active_allocated`, `active_pending_free` or `inactive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+        }
+    }
+}
+
+/// Which pool a segment serves.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum SegmentType {
+    /// 2 MiB segments for requests of at most 1 MiB.
+    Small,
+    /// Everything else.
+    Large,
+}
+
+impl SegmentType {
+    /// PyTorch's name: `small` or `large`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SegmentType::Small => "small",
+            SegmentType::Large => "large",
+        }
+    }
+}
+
+/// One block of a segment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct BlockInfo {
+    /// Device address.
+    pub address: u64,
+    /// Block size in bytes.
+    pub size: u64,
+    /// Bytes the caller asked for (0 for inactive blocks).
+    pub requested_size: u64,
+    /// State.
+    pub state: BlockState,
+}
+
+/// One segment: a raw device allocation and the blocks that tile it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SegmentInfo {
+    /// Device index.
+    pub device: usize,
+    /// Base address.
+    pub address: u64,
+    /// Segment size.
+    pub total_size: u64,
+    /// Bytes of allocated blocks.
+    pub allocated_size: u64,
+    /// Bytes of allocated and pending-free blocks.
+    pub active_size: u64,
+    /// Requested bytes of active blocks.
+    pub requested_size: u64,
+    /// Allocation stream.
+    pub stream: StreamId,
+    /// Small or large pool.
+    pub segment_type: SegmentType,
+    /// Blocks in address order; they tile the segment exactly.
+    pub blocks: Vec<BlockInfo>,
+}
+
+/// Segments (by address) and the trace ring buffer's contents (oldest first).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Snapshot {
+    /// Every segment, in address order.
+    pub segments: Vec<SegmentInfo>,
+    /// Trace entries, oldest first.
+    pub traces: Vec<TraceEntry>,
+}
+
+impl<B: Backend> State<B> {
+    /// Builds a snapshot, after recording a `snapshot` trace entry.
+    pub fn snapshot(&mut self) -> Snapshot {
+        let active = self.stats.active_bytes.aggregate.current;
+        let default_stream = self.backend.stream_id(&self.backend.default_stream());
+        self.trace.push(TraceAction::Snapshot, 0, active, default_stream, None);
+        let device = self.backend.device_index();
+        let mut segments = Vec::with_capacity(self.segments.len());
+        for (&address, seg) in &self.segments {
+            let mut info = SegmentInfo {
+                device,
+                address,
+                total_size: seg.size,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: seg.stream_id,
+                segment_type: match seg.pool {
+                    PoolKind::Small => SegmentType::Small,
+                    PoolKind::Large => SegmentType::Large,
+                },
+                blocks: Vec::new(),
+            };
+            let mut cursor = Some(seg.head);
+            while let Some(slot) = cursor {
+                let b = self.slab.get(slot);
+                let state = match b.status {
+                    Status::Allocated => BlockState::ActiveAllocated,
+                    Status::PendingFree => BlockState::ActivePendingFree,
+                    Status::Free => BlockState::Inactive,
+                };
+                if state == BlockState::ActiveAllocated {
+                    info.allocated_size += b.size;
+                }
+                if state != BlockState::Inactive {
+                    info.active_size += b.size;
+                    info.requested_size += b.requested;
+                }
+                info.blocks.push(BlockInfo { address: b.ptr, size: b.size, requested_size: b.requested, state });
+                cursor = b.next;
+            }
+            segments.push(info);
+        }
+        Snapshot { segments, traces: self.trace.to_vec() }
+    }
+}

@@ -1,0 +1,165 @@
+//! Allocator statistics with PyTorch's names (`torch.cuda.memory_stats`).
+//!
+//! # Identities (exactly as implemented)
+//! For every pool and for the aggregate, at every moment the allocator lock is free:
+//! - `active_bytes.current == allocated_bytes.current + pending-free bytes` (a pending-free
+//!   block left `allocated_*` when the user freed it and leaves `active_*` when it enters
+//!   the pool);
+//! - `reserved_bytes.current == active_bytes.current + cached free bytes`, hence
+//!   `reserved_bytes.current == allocated_bytes.current + cached_free_bytes +
+//!   pending_free_bytes` (aggregate fields of [`AllocatorStats`]);
+//! - `inactive_split_bytes.current <= cached_free_bytes` (only free blocks of split segments
+//!   count).
+//!
+//! Byte figures are block sizes (rounded), except `requested_bytes`, which sums what callers
+//! asked for, of active blocks.
+
+use super::sizes::PoolKind;
+
+/// One statistic: current value, peak since the last reset, and cumulative increases
+/// (`allocated`) and decreases (`freed`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Value now.
+    pub current: u64,
+    /// Highest `current` since creation or [`super::CachingAllocator::reset_peak_stats`].
+    pub peak: u64,
+    /// Sum of all increases.
+    pub allocated: u64,
+    /// Sum of all decreases.
+    pub freed: u64,
+}
+
+impl Stat {
+    pub(crate) fn increase(&mut self, amount: u64) {
+        self.current += amount;
+        self.allocated += amount;
+        self.peak = self.peak.max(self.current);
+    }
+
+    pub(crate) fn decrease(&mut self, amount: u64) {
+        debug_assert!(self.current >= amount, "stat would go negative");
+        self.current = self.current.saturating_sub(amount);
+        self.freed += amount;
+    }
+
+    fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+}
+
+/// A statistic for all pools together and for each pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatArray {
+    /// Both pools (PyTorch's `all`).
+    pub aggregate: Stat,
+    /// Small pool (blocks for requests of at most 1 MiB).
+    pub small_pool: Stat,
+    /// Large pool.
+    pub large_pool: Stat,
+}
+
+impl StatArray {
+    pub(crate) fn increase(&mut self, pool: PoolKind, amount: u64) {
+        self.aggregate.increase(amount);
+        self.pool_mut(pool).increase(amount);
+    }
+
+    pub(crate) fn decrease(&mut self, pool: PoolKind, amount: u64) {
+        self.aggregate.decrease(amount);
+        self.pool_mut(pool).decrease(amount);
+    }
+
+    /// Adds a signed change (used for the inactive-split figures, which move both ways in
+    /// one operation).
+    pub(crate) fn apply(&mut self, pool: PoolKind, delta: i64) {
+        if delta >= 0 {
+            self.increase(pool, delta.unsigned_abs());
+        } else {
+            self.decrease(pool, delta.unsigned_abs());
+        }
+    }
+
+    fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
+        match pool {
+            PoolKind::Small => &mut self.small_pool,
+            PoolKind::Large => &mut self.large_pool,
+        }
+    }
+
+    fn reset_peak(&mut self) {
+        self.aggregate.reset_peak();
+        self.small_pool.reset_peak();
+        self.large_pool.reset_peak();
+    }
+}
+
+/// Everything the allocator counts. See the module docs for the identities between fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorStats {
+    /// Blocks handed out and not yet freed by the user.
+    pub allocation: StatArray,
+    /// Segments obtained from the device and not yet released.
+    pub segment: StatArray,
+    /// Blocks allocated or pending-free.
+    pub active: StatArray,
+    /// Free blocks inside split segments (fragments).
+    pub inactive_split: StatArray,
+    /// Bytes of blocks handed out and not yet freed by the user.
+    pub allocated_bytes: StatArray,
+    /// Bytes of all segments.
+    pub reserved_bytes: StatArray,
+    /// Bytes of allocated or pending-free blocks.
+    pub active_bytes: StatArray,
+    /// Bytes of free blocks inside split segments.
+    pub inactive_split_bytes: StatArray,
+    /// Bytes callers asked for, of active blocks.
+    pub requested_bytes: StatArray,
+    /// Mallocs that had to synchronize and release all cached blocks before retrying.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed with out-of-memory.
+    pub num_ooms: u64,
+    /// Times every pending event was synchronized (before a retry, or by `empty_cache`).
+    pub num_sync_all_streams: u64,
+    /// Successful raw device allocations.
+    pub num_device_alloc: u64,
+    /// Raw device frees.
+    pub num_device_free: u64,
+    /// Allocated blocks of at least `max_split_size` bytes.
+    pub oversize_allocations: Stat,
+    /// Segments of at least `max_split_size` bytes.
+    pub oversize_segments: Stat,
+    /// Events recorded for pending frees: one per used stream per free of a block with
+    /// stream uses, whether the event was created or taken from the event pool.
+    pub reuse_events_created: u64,
+    /// Calls to `record_stream` and `record_stream_for_work` (including no-ops on the
+    /// block's own stream).
+    pub record_stream_calls: u64,
+    /// Calls to `erase_stream` and `erase_stream_by_block`, whatever their outcome.
+    pub erase_stream_calls: u64,
+    /// Bytes of blocks freed by the user but waiting on events (current).
+    pub pending_free_bytes: u64,
+    /// Bytes of free blocks held in the pools (current).
+    pub cached_free_bytes: u64,
+}
+
+impl AllocatorStats {
+    /// Resets every `peak` to its `current`.
+    pub fn reset_peaks(&mut self) {
+        for s in [
+            &mut self.allocation,
+            &mut self.segment,
+            &mut self.active,
+            &mut self.inactive_split,
+            &mut self.allocated_bytes,
+            &mut self.reserved_bytes,
+            &mut self.active_bytes,
+            &mut self.inactive_split_bytes,
+            &mut self.requested_bytes,
+        ] {
+            s.reset_peak();
+        }
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
+    }
+}

@@ -1,0 +1,805 @@
+//! The process group: issues communication with the configured reuse policy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::counters::{PgCounters, PgStats};
+use super::error::PgError;
+use super::mode::{ReuseMode, reuse_mode_from_env};
+use super::policy::{Handoff, PolicyContext, ReusePolicy, WorkTensors};
+use super::shelf::TensorShelf;
+use super::watchdog::Watchdog;
+use super::work::{CommKind, Work, WorkState};
+use crate::allocator::{CachingAllocator, CallbackId, Storage};
+use crate::backend::Backend;
+use crate::comm::{CommError, Communicator, DType, ReduceOp};
+use crate::ids::WorkId;
+
+/// Which policy a group runs: one of the public modes, or (with the `negative-control`
+/// feature, for the conformance runner only) no protection at all.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PolicyChoice {
+    /// A public reuse mode.
+    Mode(ReuseMode),
+    /// Neither `record_stream` nor shelf: the negative control.
+    #[cfg(feature = "negative-control")]
+    NegativeControl,
+}
+
+impl PolicyChoice {
+    fn instantiate<B: Backend>(self) -> Box<dyn ReusePolicy<B>> {
+        use super::policy::{EraseAtWait, EraseAtWaitByBlock, RecordStream, Stash};
+        match self {
+            PolicyChoice::Mode(ReuseMode::RecordStream) => Box::new(RecordStream),
+            PolicyChoice::Mode(ReuseMode::EraseRecordStream) => Box::new(EraseAtWait),
+            PolicyChoice::Mode(ReuseMode::AvoidRecordStream) => Box::new(Stash),
+            PolicyChoice::Mode(ReuseMode::EraseRecordStreamWithOptimize) => {
+                Box::new(EraseAtWaitByBlock)
+            }
+            #[cfg(feature = "negative-control")]
+            PolicyChoice::NegativeControl => Box::new(super::policy::Unguarded),
+        }
+    }
+}
+
+/// Settings shared by a group and the sub-groups created from it.
+#[derive(Clone, Debug)]
+pub(crate) struct PgSettings {
+    pub(crate) policy: PolicyChoice,
+    pub(crate) timeout: Duration,
+    pub(crate) watchdog_interval: Option<Duration>,
+    pub(crate) blocking_wait: bool,
+}
+
+/// Builds a [`ProcessGroup`].
+pub struct ProcessGroupBuilder<B: Backend> {
+    allocator: Arc<CachingAllocator<B>>,
+    comm: Box<dyn Communicator<B>>,
+    mode: Option<PolicyChoice>,
+    timeout: Duration,
+    watchdog_interval: Option<Duration>,
+    blocking_wait: bool,
+}
+
+impl<B: Backend> ProcessGroupBuilder<B> {
+    /// Sets the reuse mode for this group; wins over `MULTI_STREAM_MEMORY_REUSE`.
+    #[must_use]
+    pub fn mode(mut self, mode: ReuseMode) -> Self {
+        self.mode = Some(PolicyChoice::Mode(mode));
+        self
+    }
+
+    /// Selects the negative-control policy (no protection). Conformance runner only.
+    #[cfg(feature = "negative-control")]
+    #[must_use]
+    pub fn negative_control(mut self) -> Self {
+        self.mode = Some(PolicyChoice::NegativeControl);
+        self
+    }
+
+    /// How long a work may run before the watchdog (or a blocking wait) fails it.
+    /// Default: 10 minutes, as NCCL process groups.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Watchdog polling interval; `None` disables the thread (completion is then
+    /// observed only by the main thread's own polls, `wait()` and the OOM callback).
+    #[must_use]
+    pub fn watchdog(mut self, interval: Option<Duration>) -> Self {
+        self.watchdog_interval = interval;
+        self
+    }
+
+    /// With blocking wait, `wait()` also blocks the host until the work finished (up to the
+    /// timeout), so a failed collective is reported by `wait()` itself.
+    #[must_use]
+    pub fn blocking_wait(mut self, on: bool) -> Self {
+        self.blocking_wait = on;
+        self
+    }
+
+    /// Creates the group: its comm stream, its watchdog, and its free-memory callback.
+    pub fn build(self) -> Result<ProcessGroup<B>, PgError> {
+        let policy = match self.mode {
+            Some(p) => p,
+            None => PolicyChoice::Mode(reuse_mode_from_env()?),
+        };
+        let settings = PgSettings {
+            policy,
+            timeout: self.timeout,
+            watchdog_interval: self.watchdog_interval,
+            blocking_wait: self.blocking_wait,
+        };
+        ProcessGroup::create(self.allocator, self.comm, settings)
+    }
+}
+
+/// Shared state of a group: used by `ProcessGroup`, every `Work`, the watchdog and the
+/// allocator's free-memory callback.
+pub(crate) struct PgShared<B: Backend> {
+    pub(crate) allocator: Arc<CachingAllocator<B>>,
+    comm: Box<dyn Communicator<B>>,
+    comm_stream: B::Stream,
+    policy: Box<dyn ReusePolicy<B>>,
+    settings: PgSettings,
+    /// Works not yet observed complete.
+    inflight: Mutex<Vec<Arc<WorkState<B>>>>,
+    /// Storages of completed works, handed over by the watchdog, with the work whose end
+    /// event the draining thread queries itself before dropping them.
+    to_unstash: Handoff<B>,
+    counters: PgCounters,
+    aborted: AtomicBool,
+}
+
+/// A process group: one communicator, one comm stream, one reuse policy.
+///
+/// Every operation takes the caller's *current* stream explicitly: the comm stream waits
+/// on it before the operation, and `wait()` makes it wait for the work.
+pub struct ProcessGroup<B: Backend> {
+    shared: Arc<PgShared<B>>,
+    watchdog: Option<Watchdog>,
+    oom_callback: CallbackId,
+}
+
+/// One member of a batched point-to-point exchange.
+#[derive(Clone, Copy, Debug)]
+pub enum P2pOp<'a, B: Backend> {
+    /// Send the tensor to a group rank.
+    Send(&'a Storage<B>, usize),
+    /// Receive into the tensor from a group rank.
+    Recv(&'a Storage<B>, usize),
+}
+
+const F32: DType = DType::F32;
+
+fn elems<B: Backend>(s: &Storage<B>) -> usize {
+    (s.requested_size() / F32.size_bytes()) as usize
+}
+
+impl<B: Backend> ProcessGroup<B> {
+    /// Starts building a group over `comm`, allocating through `allocator`.
+    pub fn builder(
+        allocator: Arc<CachingAllocator<B>>,
+        comm: Box<dyn Communicator<B>>,
+    ) -> ProcessGroupBuilder<B> {
+        ProcessGroupBuilder {
+            allocator,
+            comm,
+            mode: None,
+            timeout: Duration::from_secs(600),
+            watchdog_interval: Some(Duration::from_millis(2)),
+            blocking_wait: false,
+        }
+    }
+
+    fn create(
+        allocator: Arc<CachingAllocator<B>>,
+        comm: Box<dyn Communicator<B>>,
+        settings: PgSettings,
+    ) -> Result<Self, PgError> {
+        let comm_stream = allocator.backend().create_stream()?;
+        let shared = Arc::new(PgShared {
+            policy: settings.policy.instantiate::<B>(),
+            allocator,
+            comm,
+            comm_stream,
+            settings,
+            inflight: Mutex::new(Vec::new()),
+            to_unstash: Handoff::default(),
+            counters: PgCounters::default(),
+            aborted: AtomicBool::new(false),
+        });
+        let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
+        // Before the allocator declares OOM it asks us to release the shelves of works
+        // that already finished (querying their events ourselves, not only relying on
+        // what the watchdog noticed). Runs without the allocator lock held.
+        let oom_callback = shared.allocator.add_free_memory_callback(Arc::new(move || {
+            weak.upgrade()
+                .is_some_and(|s| s.release_completed_for_oom())
+        }));
+        let watchdog = match shared.settings.watchdog_interval {
+            Some(interval) => {
+                Some(
+                    Watchdog::spawn(&shared, interval).map_err(|e| PgError::Aborted {
+                        reason: format!("could not start the watchdog thread: {e}"),
+                    })?,
+                )
+            }
+            None => None,
+        };
+        Ok(ProcessGroup {
+            shared,
+            watchdog,
+            oom_callback,
+        })
+    }
+
+    /// This member's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.shared.comm.rank()
+    }
+
+    /// Number of members.
+    pub fn size(&self) -> usize {
+        self.shared.comm.size()
+    }
+
+    /// The policy's name (`0`..`3`, or `unsafe`).
+    pub fn policy_name(&self) -> &'static str {
+        self.shared.policy.name()
+    }
+
+    /// The stream this group enqueues its communication on.
+    pub fn comm_stream(&self) -> &B::Stream {
+        &self.shared.comm_stream
+    }
+
+    /// The allocator this group's tensors come from.
+    pub fn allocator(&self) -> &Arc<CachingAllocator<B>> {
+        &self.shared.allocator
+    }
+
+    /// Counters of this group.
+    pub fn stats(&self) -> PgStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Number of works not yet observed complete.
+    pub fn inflight_works(&self) -> usize {
+        self.shared.inflight.lock().len()
+    }
+
+    /// Runs one watchdog pass on the calling thread (for groups built without a watchdog
+    /// thread, and for tests that drive the hand-off step by step).
+    pub fn run_watchdog_once(&self) {
+        self.shared.watchdog_scan();
+    }
+
+    /// Releases what completed works hold: drains the watchdog's hand-off list and polls
+    /// in-flight works. Every process-group call does this first.
+    pub fn release_completed(&self) {
+        self.shared.release_completed();
+    }
+
+    /// Creates a sub-group (every member of this group calls it with the same ranks, in
+    /// the same order); non-members get `None`. The sub-group has its own comm stream and
+    /// watchdog and inherits this group's settings.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup<B>>, PgError> {
+        self.shared.release_completed();
+        match self.shared.comm.new_group(ranks)? {
+            Some(comm) => Ok(Some(ProcessGroup::create(
+                Arc::clone(&self.shared.allocator),
+                comm,
+                self.shared.settings.clone(),
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    /// In place: every member's tensor becomes the reduction over members.
+    pub fn all_reduce(
+        &self,
+        t: &Storage<B>,
+        op: ReduceOp,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(t);
+        self.issue(
+            "all_reduce",
+            CommKind::Collective,
+            &[t],
+            &[t],
+            current,
+            async_op,
+            |c, s| c.all_reduce(t.ptr(), n, F32, op, s),
+        )
+    }
+
+    /// `output` (size x `input` elements) gathers every member's `input` by group rank.
+    pub fn all_gather(
+        &self,
+        input: &Storage<B>,
+        output: &Storage<B>,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(input);
+        self.check_len(
+            "all_gather",
+            elems(output),
+            n * self.size(),
+            "output elements must be input elements x group size",
+        )?;
+        self.issue(
+            "all_gather",
+            CommKind::Collective,
+            &[input],
+            &[output],
+            current,
+            async_op,
+            |c, s| c.all_gather(input.ptr(), output.ptr(), n, F32, s),
+        )
+    }
+
+    /// Member `r`'s `output` receives the reduction of chunk `r` of every member's `input`.
+    pub fn reduce_scatter(
+        &self,
+        input: &Storage<B>,
+        output: &Storage<B>,
+        op: ReduceOp,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(output);
+        self.check_len(
+            "reduce_scatter",
+            elems(input),
+            n * self.size(),
+            "input elements must be output elements x group size",
+        )?;
+        self.issue(
+            "reduce_scatter",
+            CommKind::Collective,
+            &[input],
+            &[output],
+            current,
+            async_op,
+            |c, s| c.reduce_scatter(input.ptr(), output.ptr(), n, F32, op, s),
+        )
+    }
+
+    /// Equal-split all-to-all.
+    pub fn all_to_all(
+        &self,
+        input: &Storage<B>,
+        output: &Storage<B>,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let total = elems(input);
+        let size = self.size();
+        self.check_len(
+            "all_to_all",
+            elems(output),
+            total,
+            "input and output must have equal lengths",
+        )?;
+        if size == 0 || total % size != 0 {
+            return Err(PgError::InvalidArgument {
+                op: "all_to_all",
+                reason: format!("{total} elements are not divisible by the group size {size}"),
+            });
+        }
+        self.issue(
+            "all_to_all",
+            CommKind::Collective,
+            &[input],
+            &[output],
+            current,
+            async_op,
+            |c, s| c.all_to_all(input.ptr(), output.ptr(), total / size, F32, s),
+        )
+    }
+
+    /// Every member's tensor becomes group rank `root`'s.
+    pub fn broadcast(
+        &self,
+        t: &Storage<B>,
+        root: usize,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(t);
+        let (inputs, outputs): (&[&Storage<B>], &[&Storage<B>]) = if self.rank() == root {
+            (&[t], &[])
+        } else {
+            (&[], &[t])
+        };
+        self.issue(
+            "broadcast",
+            CommKind::Collective,
+            inputs,
+            outputs,
+            current,
+            async_op,
+            |c, s| c.broadcast(t.ptr(), n, F32, root, s),
+        )
+    }
+
+    /// Sends the tensor to group rank `peer`.
+    pub fn send(
+        &self,
+        t: &Storage<B>,
+        peer: usize,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(t);
+        self.issue(
+            "send",
+            CommKind::PointToPoint,
+            &[t],
+            &[],
+            current,
+            async_op,
+            |c, s| c.send(t.ptr(), n, F32, peer, s),
+        )
+    }
+
+    /// Receives into the tensor from group rank `peer`.
+    pub fn recv(
+        &self,
+        t: &Storage<B>,
+        peer: usize,
+        current: &B::Stream,
+        async_op: bool,
+    ) -> Result<Work<B>, PgError> {
+        let n = elems(t);
+        self.issue(
+            "recv",
+            CommKind::PointToPoint,
+            &[],
+            &[t],
+            current,
+            async_op,
+            |c, s| c.recv(t.ptr(), n, F32, peer, s),
+        )
+    }
+
+    /// Issues sends and receives as one group (PyTorch's `batch_isend_irecv`): one work,
+    /// always asynchronous. Every tensor it touches is covered by the policy.
+    pub fn batch_isend_irecv(
+        &self,
+        ops: &[P2pOp<'_, B>],
+        current: &B::Stream,
+    ) -> Result<Work<B>, PgError> {
+        let inputs: Vec<&Storage<B>> = ops
+            .iter()
+            .filter_map(|o| {
+                if let P2pOp::Send(t, _) = o {
+                    Some(*t)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let outputs: Vec<&Storage<B>> = ops
+            .iter()
+            .filter_map(|o| {
+                if let P2pOp::Recv(t, _) = o {
+                    Some(*t)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        self.issue(
+            "batch_isend_irecv",
+            CommKind::PointToPoint,
+            &inputs,
+            &outputs,
+            current,
+            true,
+            |c, s| {
+                c.group_start()?;
+                let mut result = Ok(());
+                for op in ops {
+                    result = match *op {
+                        P2pOp::Send(t, peer) => c.send(t.ptr(), elems(t), F32, peer, s),
+                        P2pOp::Recv(t, peer) => c.recv(t.ptr(), elems(t), F32, peer, s),
+                    };
+                    if result.is_err() {
+                        break;
+                    }
+                }
+                // Close the group even after a failed member so the communicator stays usable.
+                let end = c.group_end();
+                result.and(end)
+            },
+        )
+    }
+
+    /// Synchronous barrier over the group.
+    pub fn barrier(&self, current: &B::Stream) -> Result<(), PgError> {
+        self.issue(
+            "barrier",
+            CommKind::Collective,
+            &[],
+            &[],
+            current,
+            false,
+            |c, s| c.barrier(s),
+        )
+        .map(|_| ())
+    }
+
+    fn check_len(
+        &self,
+        op: &'static str,
+        got: usize,
+        want: usize,
+        rule: &str,
+    ) -> Result<(), PgError> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(PgError::InvalidArgument {
+                op,
+                reason: format!("{rule} (got {got}, expected {want})"),
+            })
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn issue(
+        &self,
+        op: &'static str,
+        kind: CommKind,
+        inputs: &[&Storage<B>],
+        outputs: &[&Storage<B>],
+        current: &B::Stream,
+        async_op: bool,
+        launch: impl FnOnce(&dyn Communicator<B>, &B::Stream) -> Result<(), CommError>,
+    ) -> Result<Work<B>, PgError> {
+        let sh = &self.shared;
+        sh.release_completed();
+        if sh.aborted.load(Ordering::Acquire) {
+            return Err(PgError::Aborted {
+                reason: "the process group was aborted".to_owned(),
+            });
+        }
+        if let Some(e) = sh.comm.async_error() {
+            return Err(PgError::Communicator(e));
+        }
+        let backend = sh.allocator.backend();
+        // The comm stream must not start before the current stream produced the inputs.
+        let start = backend.create_event()?;
+        backend.record_event(&start, current)?;
+        backend.stream_wait_event(&sh.comm_stream, &start)?;
+        let state = Arc::new(WorkState {
+            id: WorkId::fresh(),
+            op,
+            kind,
+            end_event: backend.create_event()?,
+            issued_at: Instant::now(),
+            shelf: TensorShelf::default(),
+            tracked: Mutex::new(Vec::new()),
+            completed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        });
+        let cx = sh.policy_context();
+        sh.policy
+            .on_collective_start(&cx, &state, &WorkTensors { inputs, outputs }, kind);
+        if let Err(source) = launch(sh.comm.as_ref(), &sh.comm_stream) {
+            sh.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+            state.set_error(PgError::Comm {
+                op,
+                work: state.id,
+                source,
+            });
+        }
+        backend.record_event(&state.end_event, &sh.comm_stream)?;
+        for out in outputs {
+            sh.policy.after_launch(&cx, &state, out);
+        }
+        sh.counters.works_issued.fetch_add(1, Ordering::Relaxed);
+        sh.inflight.lock().push(Arc::clone(&state));
+        let work = Work {
+            state,
+            group: Arc::clone(sh),
+        };
+        if !async_op {
+            work.wait(current)?;
+        }
+        Ok(work)
+    }
+}
+
+impl<B: Backend> PgShared<B> {
+    fn policy_context(&self) -> PolicyContext<'_, B> {
+        PolicyContext {
+            allocator: &self.allocator,
+            comm_stream: &self.comm_stream,
+            counters: &self.counters,
+        }
+    }
+
+    /// Queries the work's end event on the calling thread; marks completion and picks up
+    /// an asynchronous communicator error. Returns whether it is complete.
+    fn observe(&self, state: &WorkState<B>) -> Result<bool, PgError> {
+        if state.is_marked_completed() {
+            // Query again so the *calling* thread has observed completion itself (the
+            // mock's race detector keeps one host clock per thread).
+            let _ = self.allocator.backend().query_event(&state.end_event);
+            return Ok(true);
+        }
+        let done = self.allocator.backend().query_event(&state.end_event)?;
+        if done {
+            if let Some(source) = self.comm.async_error() {
+                if state.error().is_none() {
+                    self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+                }
+                state.set_error(PgError::Comm {
+                    op: state.op,
+                    work: state.id,
+                    source,
+                });
+            }
+            state.completed.store(true, Ordering::Release);
+        } else if state.issued_at.elapsed() > self.settings.timeout && state.error().is_none() {
+            self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+            state.set_error(PgError::Timeout {
+                op: state.op,
+                work: state.id,
+                millis: self.settings.timeout.as_millis() as u64,
+            });
+            // As NCCL process groups do: a timed-out collective leaves the communicator in
+            // an unknown state, so abort it and fail what is queued behind.
+            self.comm.abort();
+            self.aborted.store(true, Ordering::Release);
+        }
+        Ok(done)
+    }
+
+    pub(crate) fn poll_work(&self, state: &WorkState<B>) -> Result<bool, PgError> {
+        let done = self.observe(state)?;
+        match state.error() {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
+    pub(crate) fn wait_work(
+        &self,
+        state: &Arc<WorkState<B>>,
+        current: &B::Stream,
+    ) -> Result<(), PgError> {
+        let backend = self.allocator.backend();
+        backend.stream_wait_event(current, &state.end_event)?;
+        if self.settings.blocking_wait {
+            let deadline = Instant::now() + self.settings.timeout;
+            let mut pause = Duration::from_micros(20);
+            while !self.observe(state)? && state.error().is_none() {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
+            }
+        }
+        if state.shelf.mark_waited() {
+            let released = self.policy.on_wait(&self.policy_context(), state, current);
+            drop(released);
+        }
+        // Whatever the watchdog handed over is released now: wait() never leaves a
+        // completed work's tensors held.
+        self.drain_handoff();
+        match state.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Observes every in-flight work once; completed (or failed) ones leave the in-flight
+    /// list and hand what their policy holds to the hand-off list. Returns how many works
+    /// handed something over.
+    fn scan_inflight(&self) -> u64 {
+        let works: Vec<Arc<WorkState<B>>> = self.inflight.lock().clone();
+        if works.is_empty() {
+            return 0;
+        }
+        let mut finished = Vec::new();
+        let mut handed = 0;
+        for w in works {
+            let done = self.observe(&w).unwrap_or(false);
+            if done || w.error().is_some() {
+                if self.policy.on_completion(&w, &self.to_unstash) {
+                    handed += 1;
+                }
+                finished.push(w.id);
+            }
+        }
+        if !finished.is_empty() {
+            self.inflight.lock().retain(|w| !finished.contains(&w.id));
+        }
+        handed
+    }
+
+    /// One watchdog pass: observe in-flight works, hand over completed shelves. The
+    /// watchdog never drops a storage itself.
+    pub(crate) fn watchdog_scan(&self) {
+        let handed = self.scan_inflight();
+        if handed > 0 {
+            self.counters
+                .shelf_unstashed_by_watchdog
+                .fetch_add(handed, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops what was handed over, after querying each work's end event on this thread
+    /// (so this thread has itself observed that the device is done with them).
+    fn drain_handoff(&self) -> bool {
+        let items = self.to_unstash.drain();
+        let any = !items.is_empty();
+        for (work, storages) in items {
+            let _ = self.observe(&work);
+            drop(storages);
+        }
+        any
+    }
+
+    /// Main-thread release at every process-group call: drain the hand-off list, poll
+    /// in-flight works itself (a slow or disabled watchdog only delays release), drain
+    /// again.
+    pub(crate) fn release_completed(&self) {
+        self.drain_handoff();
+        let handed = self.scan_inflight();
+        if handed > 0 {
+            self.counters
+                .shelf_released_by_poll
+                .fetch_add(handed, Ordering::Relaxed);
+        }
+        self.drain_handoff();
+    }
+
+    /// The allocator's free-memory callback: release everything completed works hold.
+    /// Runs on the allocating thread without the allocator lock held.
+    fn release_completed_for_oom(&self) -> bool {
+        let drained = self.drain_handoff();
+        let handed = self.scan_inflight();
+        if handed > 0 {
+            self.counters
+                .shelf_released_by_oom_callback
+                .fetch_add(handed, Ordering::Relaxed);
+        }
+        let drained_again = self.drain_handoff();
+        drained || handed > 0 || drained_again
+    }
+
+    /// Shutdown: wait for (or abort) in-flight work, then release everything held.
+    fn shutdown(&self) {
+        let works: Vec<Arc<WorkState<B>>> = std::mem::take(&mut *self.inflight.lock());
+        let deadline = Instant::now() + self.settings.timeout.min(Duration::from_secs(30));
+        let mut pause = Duration::from_micros(20);
+        for w in &works {
+            while !self.observe(w).unwrap_or(true) && w.error().is_none() {
+                if Instant::now() >= deadline {
+                    self.comm.abort();
+                    self.aborted.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
+            }
+        }
+        // Nothing may still run on the comm stream when the storages go.
+        let _ = self
+            .allocator
+            .backend()
+            .synchronize_stream(&self.comm_stream);
+        for w in &works {
+            let held = w.shelf.unstash();
+            drop(held);
+            w.tracked.lock().clear();
+        }
+        self.drain_handoff();
+    }
+}
+
+impl<B: Backend> Drop for ProcessGroup<B> {
+    fn drop(&mut self) {
+        // Stop the watchdog first so it cannot hand over anything after the final drain.
+        drop(self.watchdog.take());
+        self.shared
+            .allocator
+            .remove_free_memory_callback(self.oom_callback);
+        self.shared.shutdown();
+    }
+}

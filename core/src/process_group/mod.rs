@@ -1,0 +1,24 @@
+//! Process groups, works, reuse policies, the TensorShelf and the watchdog.
+//!
+//! A [`ProcessGroup`] owns one communicator and one comm stream and applies one reuse
+//! policy (DESIGN.md §4) to every tensor its communication touches. The policy is chosen
+//! by [`ProcessGroupBuilder::mode`] or, when unset, by `MULTI_STREAM_MEMORY_REUSE`.
+
+mod counters;
+mod error;
+mod group;
+pub mod handoff;
+mod mode;
+mod policy;
+mod shelf;
+mod watchdog;
+mod work;
+
+pub use counters::PgStats;
+pub use error::PgError;
+pub use group::{P2pOp, PolicyChoice, ProcessGroup, ProcessGroupBuilder};
+pub use mode::{
+    MULTI_STREAM_MEMORY_REUSE, ReuseMode, ReuseModeError, parse_reuse_mode, reuse_mode_from_env,
+};
+pub use shelf::TensorShelf;
+pub use work::{CommKind, Work};

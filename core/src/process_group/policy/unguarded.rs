@@ -1,0 +1,35 @@
+//! The negative control: no `record_stream`, no shelf. Compiled only with the
+//! `negative-control` feature, for the conformance runner to prove its race detector
+//! catches what the real policies prevent. Never offered as a mode by the public API.
+
+use super::{PolicyContext, ReusePolicy, WorkTensors};
+use crate::allocator::Storage;
+use crate::backend::Backend;
+use crate::process_group::work::{CommKind, WorkState};
+
+/// Protects nothing: a tensor freed before `wait()` goes straight back to its pool.
+pub(crate) struct Unguarded;
+
+impl<B: Backend> ReusePolicy<B> for Unguarded {
+    fn name(&self) -> &'static str {
+        "unsafe"
+    }
+
+    fn on_collective_start(
+        &self,
+        _cx: &PolicyContext<'_, B>,
+        _work: &WorkState<B>,
+        _tensors: &WorkTensors<'_, B>,
+        _kind: CommKind,
+    ) {
+    }
+
+    fn on_wait(
+        &self,
+        _cx: &PolicyContext<'_, B>,
+        _work: &WorkState<B>,
+        _current: &B::Stream,
+    ) -> Vec<Storage<B>> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,68 @@
+//! The watchdog: a thread per process group that polls in-flight works.
+//!
+//! It marks completion, turns timeouts and communicator errors into work errors, and
+//! moves the shelves of completed works to the to-unstash list. It never drops a storage
+//! itself (PyTorch moved unstashing off its watchdog after rare crashes): the main thread
+//! drains the list at its next process-group call.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::group::PgShared;
+use crate::backend::Backend;
+
+/// Handle to a running watchdog thread; dropping it stops and joins the thread.
+pub(crate) struct Watchdog {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Starts polling `shared` every `interval`.
+    pub(crate) fn spawn<B: Backend>(
+        shared: &Arc<PgShared<B>>,
+        interval: Duration,
+    ) -> std::io::Result<Watchdog> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let weak = Arc::downgrade(shared);
+        let stop_in = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("memreuse-watchdog".to_owned())
+            .spawn(move || {
+                loop {
+                    {
+                        let (lock, cv) = &*stop_in;
+                        let mut stopped = lock.lock();
+                        if !*stopped {
+                            cv.wait_for(&mut stopped, interval);
+                        }
+                        if *stopped {
+                            return;
+                        }
+                    }
+                    // Holding only a weak reference lets the group drop while we sleep.
+                    let Some(shared) = weak.upgrade() else { return };
+                    shared.watchdog_scan();
+                }
+            })?;
+        Ok(Watchdog {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock() = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            // A panicking watchdog already reported itself; joining must not panic again.
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Opening a whole communicating world of ranks by backend name (the conformance runner,
+//! tests, and single-process multi-device jobs).
+
+use std::time::Duration;
+
+use crate::comm::Communicator;
+use crate::dyn_backend::AnyBackend;
+use crate::error::BackendError;
+use crate::registry::BackendOptions;
+
+/// How to open a world.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorldOptions {
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Per-device options (`device` is ignored: rank `r` opens device `r`).
+    pub backend: BackendOptions,
+    /// How long a communication op waits for a missing peer before failing.
+    pub timeout: Duration,
+}
+
+/// One rank of an opened world: its device and its communicator over every rank.
+pub struct RankEndpoint {
+    /// Global rank.
+    pub rank: usize,
+    /// The rank's device.
+    pub backend: AnyBackend,
+    /// The rank's member of the world communicator.
+    pub communicator: Box<dyn Communicator<AnyBackend>>,
+}
+
+/// A backend's ability to open all ranks of a world inside this process. Submit it with
+/// `inventory::submit!` next to the backend's [`crate::BackendRegistration`].
+pub struct WorldRegistration {
+    /// The backend's name (as in its `BackendRegistration`).
+    pub backend: &'static str,
+    /// Opens `options.world_size` ranks, one device each. Fails with
+    /// `BackendError::Unavailable` when there are too few devices.
+    pub open_world: fn(&WorldOptions) -> Result<Vec<RankEndpoint>, BackendError>,
+}
+
+inventory::collect!(WorldRegistration);
+
+/// The world opener of backend `name`, if it registered one.
+pub fn find_world(name: &str) -> Option<&'static WorldRegistration> {
+    inventory::iter::<WorldRegistration>
+        .into_iter()
+        .find(|r| r.backend == name)
+}
