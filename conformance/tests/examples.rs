@@ -1,12 +1,17 @@
 //! The public example schedules reproduce the digests and live peaks computed by an
 //! independent implementation (shared/examples/README.md).
+// Exact f32 equality is the point: reference results are bit-exact by construction.
+#![allow(clippy::float_cmp)]
 
 use memreuse_conformance::validate::load_str;
 
 fn expect(file: &str, text: &str, digest: &str, live_peak: u64) {
     let valid = load_str(file, text).unwrap_or_else(|e| panic!("{file} must be valid: {e}"));
     assert_eq!(valid.reference.digest, digest, "{file} digest");
-    assert_eq!(valid.reference.live_peak_bytes, live_peak, "{file} live_peak_bytes");
+    assert_eq!(
+        valid.reference.live_peak_bytes, live_peak,
+        "{file} live_peak_bytes"
+    );
 }
 
 #[test]
@@ -25,7 +30,10 @@ fn e2_copy_in_tests_data_reproduces_digest_and_live_peak() {
 #[test]
 fn shared_examples_reproduce_digest_and_live_peak() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/examples/");
-    for (name, digest, peak) in [("e1-ddp-buckets.json", "9d15e2948ee6df12", 20480), ("e2-p2p-batch.json", "7698544667991271", 2048)] {
+    for (name, digest, peak) in [
+        ("e1-ddp-buckets.json", "9d15e2948ee6df12", 20480),
+        ("e2-p2p-batch.json", "7698544667991271", 2048),
+    ] {
         let path = format!("{dir}{name}");
         match std::fs::read_to_string(&path) {
             Ok(text) => expect(&path, &text, digest, peak),
@@ -40,7 +48,9 @@ fn e1_checks_hold_the_summed_buckets() {
     // Rank 0, body iteration 0, check of `sum` = b1 all-reduced over 2 ranks (seed 3).
     let c = &valid.reference.checks[0][0];
     let expect = |i: u64| -> f32 {
-        (0..2u64).map(|rank| ((3 * 1_000_003 + rank * 7919 + i * 31) % 251) as f32 - 125.0).sum()
+        (0..2u64)
+            .map(|rank| ((3 * 1_000_003 + rank * 7919 + i * 31) % 251) as f32 - 125.0)
+            .sum()
     };
     assert_eq!(c.tensor, "sum");
     assert_eq!(c.values.len(), 1024);

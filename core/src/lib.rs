@@ -7,16 +7,23 @@
 //! - The caching allocator (`allocator`): per-stream pools, split/merge, `record_stream`
 //!   with pending-free events, per-work stream uses, OOM retry chain, stats and snapshots.
 
+pub mod allocator;
 mod backend;
 pub mod comm;
+pub mod process_group;
 mod dyn_backend;
 mod error;
 mod ids;
 mod race;
 mod registry;
 mod sync;
+pub mod testing;
 mod world;
 
+pub use allocator::{
+    AllocError, AllocatorConfig, AllocatorStats, BlockRef, CachingAllocator, CallbackId,
+    ConfigError, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage, WeakStorage,
+};
 pub use backend::Backend;
 pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
 pub use error::BackendError;

@@ -32,14 +32,6 @@ impl VClock {
             *mine = (*mine).max(*theirs);
         }
     }
-
-    /// Component-wise minimum with `other` (used to find history every clock has passed).
-    pub(crate) fn meet(&mut self, other: &VClock) {
-        self.0.truncate(other.0.len());
-        for (mine, theirs) in self.0.iter_mut().zip(&other.0) {
-            *mine = (*mine).min(*theirs);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -47,7 +39,7 @@ mod tests {
     use super::VClock;
 
     #[test]
-    fn tick_join_meet() {
+    fn tick_and_join() {
         let mut a = VClock::default();
         assert_eq!(a.tick(2), 1);
         assert_eq!(a.tick(2), 2);
@@ -55,10 +47,5 @@ mod tests {
         b.tick(0);
         b.join(&a);
         assert_eq!((b.get(0), b.get(1), b.get(2), b.get(9)), (1, 0, 2, 0));
-        let mut m = b.clone();
-        m.meet(&a);
-        assert_eq!((m.get(0), m.get(2)), (0, 2));
-        a.meet(&VClock::default());
-        assert_eq!(a.get(2), 0);
     }
 }

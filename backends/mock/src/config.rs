@@ -21,6 +21,8 @@ pub struct MockConfig {
     /// `Some(seed)`: deterministic mode. Ops run one at a time on the host thread that
     /// waits for them, in an order drawn from `seed` among the streams whose next op is
     /// ready, so the same seed and the same host program give the same execution order.
+    /// Several host threads (one per rank) still interleave their calls as the OS
+    /// schedules them, so only single-threaded host programs replay exactly.
     /// `None`: every stream runs on its own worker thread, concurrently.
     pub deterministic_seed: Option<u64>,
     /// Fail one raw `malloc` on purpose.

@@ -3,7 +3,7 @@
 //! Every access is stored with its *epoch*: the stream's clock component `comp` and the
 //! value `tick` that component had right after the op ticked it. Because each stream is
 //! totally ordered, a later op with clock `V` is ordered after the access iff
-//! `V[comp] >= tick` (the FastTrack observation), so a check costs O(1) per overlapping
+//! `V[comp] >= tick` (the `FastTrack` observation), so a check costs O(1) per overlapping
 //! history entry instead of a vector comparison.
 //!
 //! History is kept per raw allocation in a map ordered by start address, with the longest
@@ -121,7 +121,12 @@ impl History {
     /// enqueued from now on can be unordered with them.
     pub(crate) fn prune(&mut self, passed: &VClock) {
         self.entries.retain(|_, a| passed.get(a.comp) < a.tick);
-        self.max_len = self.entries.values().map(|a| a.end - a.start).max().unwrap_or(0);
+        self.max_len = self
+            .entries
+            .values()
+            .map(|a| a.end - a.start)
+            .max()
+            .unwrap_or(0);
     }
 
     /// Every stored access (for the check at `free`).
@@ -176,7 +181,8 @@ impl RaceLog {
             range.start,
             range.end,
         );
-        if !self.seen.insert(key) {
+        // Deduplication memory is bounded too: past it, races are only counted.
+        if self.seen.len() < self.cap.saturating_mul(16) && !self.seen.insert(key) {
             return;
         }
         self.found += 1;

@@ -53,3 +53,14 @@ pub(crate) fn device(call: &'static str, message: impl Into<String>) -> BackendE
         message: message.into(),
     }
 }
+
+/// A joint op of an aborted group (`JointGroup::abort`).
+pub(crate) fn aborted(reason: &str) -> BackendError {
+    BackendError::Device {
+        backend: BACKEND_NAME.to_owned(),
+        call: "joint op",
+        code: -2,
+        code_name: "MOCK_GROUP_ABORTED".to_owned(),
+        message: format!("the group was aborted: {reason}"),
+    }
+}

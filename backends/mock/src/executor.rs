@@ -16,7 +16,7 @@ use memreuse_core::BackendError;
 use parking_lot::MutexGuard;
 
 use crate::error::timeout;
-use crate::joint::{JointMemory, JointRegions};
+use crate::region::{JointMemory, JointRegions};
 use crate::world::{Core, ExecutedOp, Op, Part, Work, World};
 
 /// Where a stream's head entry stands.
@@ -25,7 +25,16 @@ enum Head {
     Idle,
     /// Waiting on another stream or on joint participants (until the deadline, if any).
     Blocked(Option<Instant>),
-    Ready,
+    Ready(Pick),
+}
+
+/// What a ready head offers to run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// The head op itself.
+    Plain,
+    /// Joint op `k` of group `group`, one item of the head entry.
+    Item(usize, u64),
 }
 
 /// What a claimed job does, run without the lock.
@@ -36,8 +45,8 @@ enum Action {
         parts: Vec<Part>,
         delay: Duration,
     },
-    /// A joint op that timed out or mismatched; carries this rank's part so its body is
-    /// dropped outside the lock.
+    /// A joint op that timed out, mismatched or was failed on purpose; carries this rank's
+    /// part so its body is dropped outside the lock.
     Fail(BackendError, Option<Part>),
 }
 
@@ -45,7 +54,7 @@ enum Action {
 struct JobMeta {
     /// Streams whose head entry this job is (one, or every joint participant).
     streams: Vec<usize>,
-    /// Joint group and op number, to retire the slot.
+    /// Joint group and op number, to retire the item and the slot.
     joint: Option<(usize, u64)>,
     seq: u64,
     desc: String,
@@ -66,48 +75,70 @@ impl World {
         let Some(op) = st.queue.front() else {
             return Head::Idle;
         };
-        match op.work {
+        let items: Vec<(usize, u64)> = match &op.work {
             Work::Wait { stream, target } => {
-                if self.streams[stream].completed >= target {
-                    Head::Ready
+                return if self.streams[*stream].completed >= *target {
+                    Head::Ready(Pick::Plain)
                 } else {
                     Head::Blocked(None)
-                }
+                };
             }
-            Work::Joint { group, k } => self.joint_head(group, k, now),
-            _ => Head::Ready,
+            Work::Joint(entry) => entry
+                .items
+                .iter()
+                .filter(|i| !i.done)
+                .map(|i| (i.group, i.k))
+                .collect(),
+            _ => return Head::Ready(Pick::Plain),
+        };
+        let mut deadline: Option<Instant> = None;
+        for (group, k) in items {
+            match self.item_state(group, k, now) {
+                Head::Ready(pick) => return Head::Ready(pick),
+                Head::Blocked(Some(d)) => deadline = Some(deadline.map_or(d, |x| x.min(d))),
+                Head::Blocked(None) | Head::Idle => {}
+            }
         }
+        Head::Blocked(deadline)
     }
 
-    fn joint_head(&mut self, group: usize, k: u64, now: Instant) -> Head {
-        let size = self.groups[group].devices.len();
+    /// Whether joint op `k` of `group` can run: every rank submitted it and every
+    /// participant stream is idle with it in its head entry. Starts its timeout the first
+    /// time it is looked at, and fails it once the timeout passed.
+    fn item_state(&mut self, group: usize, k: u64, now: Instant) -> Head {
         let at_head = |w: &World, s: usize| {
             let st = &w.streams[s];
             !st.running
-                && st.queue.front().is_some_and(
-                    |op| matches!(op.work, Work::Joint { group: g, k: j } if g == group && j == k),
-                )
+                && st.queue.front().is_some_and(|op| match &op.work {
+                    Work::Joint(entry) => entry.pending(group, k).is_some(),
+                    _ => false,
+                })
         };
         let Some(slot) = self.groups[group].slots.get(&k) else {
             return Head::Blocked(None);
         };
         if slot.failed.is_some() {
-            return Head::Ready;
+            return Head::Ready(Pick::Item(group, k));
         }
-        let all_here =
-            slot.arrived == size && slot.streams.iter().all(|s| s.is_some_and(|s| at_head(self, s)));
-        let missing: Vec<usize> = (0..size)
-            .filter(|&r| !slot.streams[r].is_some_and(|s| at_head(self, s)))
+        let here: Vec<bool> = slot
+            .streams
+            .iter()
+            .map(|s| s.is_some_and(|s| at_head(self, s)))
             .collect();
-        let slot = self.groups[group].slots.get_mut(&k).expect("slot checked above");
-        if all_here {
-            return Head::Ready;
+        if here.iter().all(|&h| h) {
+            return Head::Ready(Pick::Item(group, k));
         }
+        let size = here.len();
+        let slot = self.groups[group]
+            .slots
+            .get_mut(&k)
+            .expect("slot checked above");
         let reached = *slot.first_reached.get_or_insert(now);
         let deadline = reached + slot.timeout;
         if now < deadline {
             return Head::Blocked(Some(deadline));
         }
+        let missing: Vec<usize> = (0..size).filter(|&r| !here[r]).collect();
         let name = slot
             .parts
             .iter()
@@ -116,37 +147,45 @@ impl World {
             .next()
             .unwrap_or_default();
         slot.failed = Some(timeout(
-            format!("joint op `{name}` #{k} of group {group} (ranks {missing:?} never arrived)"),
+            format!("joint op `{name}` #{k} of group {group} (ranks {missing:?} did not reach it)"),
             slot.timeout,
         ));
-        Head::Ready
+        Head::Ready(Pick::Item(group, k))
     }
 
-    /// Takes the ready head of stream `s` for execution.
-    fn claim(&mut self, s: usize, joint_delay: Duration) -> Job {
-        let Some(op) = self.streams[s].queue.pop_front() else {
-            unreachable!("claim is only called on a ready head");
-        };
-        let (seq, desc) = (op.info.seq, op.info.desc.clone());
-        let Work::Joint { group, k } = op.work else {
+    /// Takes what `pick` offers at the head of stream `s` for execution.
+    fn claim(&mut self, s: usize, pick: Pick, joint_delay: Duration) -> Job {
+        let Pick::Item(group, k) = pick else {
+            let Some(op) = self.streams[s].queue.pop_front() else {
+                unreachable!("claim is only called on a ready head");
+            };
             self.streams[s].running = true;
             return Job {
                 meta: JobMeta {
                     streams: vec![s],
                     joint: None,
-                    seq,
-                    desc,
+                    seq: op.info.seq,
+                    desc: op.info.desc.clone(),
                 },
                 action: Action::Plain(op),
             };
         };
-        // Put it back: a joint entry leaves every participant queue at once.
-        self.streams[s].queue.push_front(op);
-        let slot = self.groups[group].slots.get_mut(&k).expect("queued joint op has a slot");
+        let seq = self.streams[s].queue.front().map_or(0, |op| op.info.seq);
+        let slot = self.groups[group]
+            .slots
+            .get_mut(&k)
+            .expect("queued joint op has a slot");
+        let desc = slot
+            .parts
+            .iter()
+            .flatten()
+            .map(|p| p.name.clone())
+            .next()
+            .unwrap_or_default();
         if let Some(err) = slot.failed.clone() {
+            // Each participant retires a failed op on its own, whenever it gets there.
             let rank = slot.streams.iter().position(|x| *x == Some(s));
             let part = rank.and_then(|r| slot.parts[r].take());
-            self.streams[s].queue.pop_front();
             self.streams[s].running = true;
             return Job {
                 meta: JobMeta {
@@ -158,11 +197,9 @@ impl World {
                 action: Action::Fail(err, part),
             };
         }
-        slot.taken = true;
-        let streams: Vec<usize> = slot.streams.iter().map(|x| x.expect("all arrived")).collect();
-        let parts: Vec<Part> = slot.parts.iter_mut().map(|p| p.take().expect("all arrived")).collect();
+        let streams: Vec<usize> = slot.streams.iter().flatten().copied().collect();
+        let parts: Vec<Part> = slot.parts.iter_mut().filter_map(Option::take).collect();
         for &p in &streams {
-            self.streams[p].queue.pop_front();
             self.streams[p].running = true;
         }
         Job {
@@ -180,22 +217,53 @@ impl World {
         }
     }
 
-    /// Retires a job: advances its streams, records a failure, retires a finished slot.
-    fn finish(&mut self, job: &JobMeta, result: Result<(), BackendError>, trace_cap: usize) {
+    /// Retires a job: advances its streams (a joint entry once all its items are done),
+    /// records a failure, retires a finished slot.
+    fn finish(&mut self, job: &JobMeta, result: &Result<(), BackendError>, trace_cap: usize) {
         for &s in &job.streams {
-            let st = &mut self.streams[s];
-            st.running = false;
-            st.completed += 1;
-            let pos = st.completed;
-            if let Err(e) = &result {
-                self.fail_stream(s, pos, e.clone());
-            }
+            self.streams[s].running = false;
             if self.trace.len() < trace_cap {
                 self.trace.push(ExecutedOp {
                     seq: job.seq,
                     stream: memreuse_core::StreamId(s as u64),
                     op: job.desc.clone(),
                 });
+            }
+            let entry_error = match (job.joint, self.streams[s].queue.front_mut()) {
+                (None, _) => Some(result.as_ref().err().cloned()),
+                (
+                    Some((group, k)),
+                    Some(Op {
+                        work: Work::Joint(entry),
+                        ..
+                    }),
+                ) => {
+                    if let Some(i) = entry.pending(group, k) {
+                        entry.items[i].done = true;
+                    }
+                    if let Err(e) = result
+                        && entry.error.is_none()
+                    {
+                        entry.error = Some(e.clone());
+                    }
+                    if entry.items.iter().all(|i| i.done) {
+                        let err = entry.error.take();
+                        self.streams[s].queue.pop_front();
+                        Some(err)
+                    } else {
+                        None
+                    }
+                }
+                (Some(_), _) => unreachable!("a running joint item is at its stream's head"),
+            };
+            // `Some(..)`: the queue entry is complete.
+            if let Some(err) = entry_error {
+                let st = &mut self.streams[s];
+                st.completed += 1;
+                let pos = st.completed;
+                if let Some(e) = err {
+                    self.fail_stream(s, pos, e);
+                }
             }
         }
         if let Some((group, k)) = job.joint {
@@ -209,11 +277,10 @@ impl World {
         }
     }
 
-    /// Deterministic mode: every ready head, each joint op once, in stream order; or the
+    /// Deterministic mode: every ready head (each joint op once), in stream order; or the
     /// earliest deadline to wait for when none is ready.
-    fn ready_heads(&mut self, now: Instant) -> (Vec<usize>, Option<Instant>) {
-        let mut ready = Vec::new();
-        let mut seen_joint = Vec::new();
+    fn ready_heads(&mut self, now: Instant) -> (Vec<(usize, Pick)>, Option<Instant>) {
+        let mut ready: Vec<(usize, Pick)> = Vec::new();
         let mut deadline: Option<Instant> = None;
         for s in 0..self.streams.len() {
             match self.head(s, now) {
@@ -223,20 +290,19 @@ impl World {
                         deadline = Some(deadline.map_or(d, |x| x.min(d)));
                     }
                 }
-                Head::Ready => {
-                    if let Some(Work::Joint { group, k }) =
-                        self.streams[s].queue.front().map(|o| &o.work)
-                    {
-                        let key = (*group, *k);
-                        let failed = self.groups[key.0].slots.get(&key.1).is_some_and(|sl| sl.failed.is_some());
-                        if !failed {
-                            if seen_joint.contains(&key) {
-                                continue;
-                            }
-                            seen_joint.push(key);
-                        }
+                Head::Ready(pick) => {
+                    // A joint op that will run runs once for all participants; a failed
+                    // one is retired by each participant.
+                    let shared = match pick {
+                        Pick::Item(g, k) => self.groups[g]
+                            .slots
+                            .get(&k)
+                            .is_some_and(|sl| sl.failed.is_none()),
+                        Pick::Plain => false,
+                    };
+                    if !(shared && ready.iter().any(|(_, p)| *p == pick)) {
+                        ready.push((s, pick));
                     }
-                    ready.push(s);
                 }
             }
         }
@@ -269,7 +335,8 @@ impl Action {
 }
 
 fn run_work(work: Work, backed: bool) -> Result<(), BackendError> {
-    if !backed {
+    // Unbacked devices only validated the ranges; busy periods still take their time.
+    if !backed && !matches!(work, Work::Delay(_)) {
         return Ok(());
     }
     match work {
@@ -290,30 +357,15 @@ fn run_work(work: Work, backed: bool) -> Result<(), BackendError> {
             }
         }
         Work::DeviceToDevice { src, dst } => {
-            let (Some(sb), Some(db)) = (&src.buf, &dst.buf) else {
-                return Ok(());
-            };
-            if src.base == dst.base {
-                sb.lock()
-                    .copy_within(src.offset..src.offset + src.len, dst.offset);
-            } else {
-                // Two allocations of one device: lock in address order, as every
-                // multi-buffer op does, so concurrent copies cannot deadlock.
-                let (first, second) = if src.base < dst.base { (sb, db) } else { (db, sb) };
-                let g1 = first.lock();
-                let mut g2 = second.lock();
-                if src.base < dst.base {
-                    g2[dst.offset..dst.offset + dst.len]
-                        .copy_from_slice(&g1[src.offset..src.offset + src.len]);
-                } else {
-                    let mut g1 = g1;
-                    g1[dst.offset..dst.offset + dst.len]
-                        .copy_from_slice(&g2[src.offset..src.offset + src.len]);
-                }
-            }
+            // Through a staging copy: the two ranges may share one buffer, and
+            // `JointMemory` locks in the global (device, address) order.
+            let regions = JointRegions::new(vec![(0, vec![src, dst])]);
+            let mut mem = JointMemory::lock(&regions);
+            let data = mem.bytes(0, 0)?.to_vec();
+            mem.bytes_mut(0, 1)?.copy_from_slice(&data);
         }
         Work::Delay(d) => std::thread::sleep(d),
-        Work::Wait { .. } | Work::Joint { .. } => {}
+        Work::Wait { .. } | Work::Joint(_) => {}
         Work::Custom { regions, body } => {
             if let Some(body) = body {
                 let regions = JointRegions::new(vec![(0, regions)]);
@@ -361,7 +413,7 @@ fn run_job(core: &Core, w: &mut MutexGuard<'_, World>, job: Job) {
     let Job { meta, action } = job;
     let backed = core.config.backing;
     let result = MutexGuard::unlocked(w, || action.run(backed));
-    w.finish(&meta, result, core.config.trace_capacity);
+    w.finish(&meta, &result, core.config.trace_capacity);
     core.cv.notify_all();
 }
 
@@ -373,8 +425,8 @@ pub(crate) fn worker(core: &Arc<Core>, s: usize) {
             return;
         }
         match w.head(s, Instant::now()) {
-            Head::Ready => {
-                let job = w.claim(s, core.config.delays.joint);
+            Head::Ready(pick) => {
+                let job = w.claim(s, pick, core.config.delays.joint);
                 run_job(core, &mut w, job);
             }
             Head::Idle | Head::Blocked(None) => core.cv.wait(&mut w),
@@ -396,7 +448,8 @@ fn step(core: &Core, w: &mut MutexGuard<'_, World>) -> Result<(), Option<Instant
         return Err(deadline);
     }
     let pick = w.rng.as_mut().map_or(0, |r| r.below(ready.len()));
-    let job = w.claim(ready[pick], core.config.delays.joint);
+    let (s, offer) = ready[pick];
+    let job = w.claim(s, offer, core.config.delays.joint);
     w.driving = true;
     run_job(core, w, job);
     w.driving = false;

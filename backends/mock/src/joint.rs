@@ -1,5 +1,5 @@
 //! Joint ops: one op spanning one stream on each of several devices of a cluster (what a
-//! mock communicator's collectives are made of), and the memory view their bodies get.
+//! mock communicator's collectives are made of).
 //!
 //! NCCL semantics: every rank submits its share of the group's ops from its own thread,
 //! in the same order; the `k`-th submission of each rank forms the `k`-th joint op, which
@@ -11,50 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use memreuse_core::{AccessKind, BackendError, DevicePtr};
-use parking_lot::MutexGuard;
+use memreuse_core::{AccessKind, BackendError};
 
 use crate::device::{MockDevice, MockStream, Owner};
-use crate::error::invalid;
+use crate::error::{injected, invalid};
 use crate::memory::Span;
-use crate::world::{GroupState, Op, Part, Slot, Work};
-
-/// The data movement of a joint or custom op. It runs once, on a worker (or the driving
-/// host thread), with every declared region locked; it must not block on other device
-/// work, and must not own the last handle to a device of the cluster.
-pub type JointBody = Box<dyn FnOnce(&mut JointMemory<'_>) -> Result<(), BackendError> + Send>;
-
-/// One byte range an op declares it reads or writes. The race detector checks it, and
-/// the op's body sees it as a region (in declaration order).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MemAccess {
-    /// First byte.
-    pub ptr: DevicePtr,
-    /// Length.
-    pub bytes: u64,
-    /// Read or write.
-    pub kind: AccessKind,
-}
-
-impl MemAccess {
-    /// The op reads `[ptr, ptr + bytes)`.
-    pub fn read(ptr: DevicePtr, bytes: u64) -> MemAccess {
-        MemAccess {
-            ptr,
-            bytes,
-            kind: AccessKind::Read,
-        }
-    }
-
-    /// The op writes `[ptr, ptr + bytes)`.
-    pub fn write(ptr: DevicePtr, bytes: u64) -> MemAccess {
-        MemAccess {
-            ptr,
-            bytes,
-            kind: AccessKind::Write,
-        }
-    }
-}
+use crate::region::{JointBody, JointMemory, MemAccess};
+use crate::world::{GroupState, JointEntry, JointItem, Op, Part, Slot, Work, World};
 
 /// One rank's share of a joint op, built with the methods below and passed to
 /// [`JointGroup::submit`].
@@ -131,9 +94,15 @@ impl JointGroup {
     /// A group whose rank `r` runs on `devices[r]`; all must belong to one cluster.
     pub fn new(devices: &[MockDevice]) -> Result<JointGroup, BackendError> {
         let Some(first) = devices.first() else {
-            return Err(invalid("JointGroup::new", "a group needs at least one device"));
+            return Err(invalid(
+                "JointGroup::new",
+                "a group needs at least one device",
+            ));
         };
-        if devices.iter().any(|d| !Arc::ptr_eq(&d.owner.core, &first.owner.core)) {
+        if devices
+            .iter()
+            .any(|d| !Arc::ptr_eq(&d.owner.core, &first.owner.core))
+        {
             return Err(invalid(
                 "JointGroup::new",
                 "all devices of a group must belong to one MockCluster",
@@ -144,6 +113,8 @@ impl JointGroup {
         w.groups.push(GroupState {
             devices: devices.iter().map(|d| d.slot).collect(),
             submitted: vec![0; devices.len()],
+            injected: Vec::new(),
+            aborted: None,
             slots: std::collections::HashMap::new(),
         });
         drop(w);
@@ -164,6 +135,45 @@ impl JointGroup {
         self.devices.get(rank)
     }
 
+    /// Fault injection: the group's `k`-th joint op (numbered as [`JointGroup::submit`]
+    /// returns) fails with [`BackendError::Injected`] on every rank instead of running.
+    /// No effect on an op that already started.
+    pub fn inject_failure(&self, k: u64) {
+        let mut w = self.owner.core.world.lock();
+        let group = &mut w.groups[self.id];
+        match group.slots.get_mut(&k) {
+            Some(slot) => {
+                if slot.failed.is_none() {
+                    slot.failed = Some(injected(format!("joint op #{k} of group {}", self.id)));
+                }
+            }
+            None => {
+                if group.submitted.iter().all(|&n| n <= k) {
+                    group.injected.push(k);
+                }
+            }
+        }
+        drop(w);
+        self.owner.core.cv.notify_all();
+    }
+
+    /// Aborts the group: every joint op of it that has not started, queued or submitted
+    /// later, fails on every rank (with a `Device` error naming `reason`) instead of
+    /// waiting for peers. Ops already running finish.
+    pub fn abort(&self, reason: &str) {
+        let mut w = self.owner.core.world.lock();
+        let group = &mut w.groups[self.id];
+        let err = crate::error::aborted(reason);
+        for slot in group.slots.values_mut() {
+            if slot.failed.is_none() {
+                slot.failed = Some(err.clone());
+            }
+        }
+        group.aborted = Some(err);
+        drop(w);
+        self.owner.core.cv.notify_all();
+    }
+
     /// Enqueues rank `rank`'s share of the group's next joint op on `stream` (a stream of
     /// that rank's device). Its accesses are checked by the race detector now, as for any
     /// op. Returns the op's number in the group (0, 1, ...).
@@ -173,189 +183,148 @@ impl JointGroup {
         stream: &MockStream,
         op: JointOp,
     ) -> Result<u64, BackendError> {
+        let ks = JointGroup::submit_batch(stream, vec![(self, rank, op)])?;
+        Ok(ks[0])
+    }
+
+    /// Enqueues several joint-op shares as **one** entry of `stream` (NCCL's
+    /// `ncclGroupStart`/`ncclGroupEnd`): each `(group, rank, op)` is matched in its group
+    /// as [`JointGroup::submit`] would, and the entry completes once all of them ran.
+    /// Members of a batch never wait for each other, so a ring of sends and receives
+    /// issued as batches cannot deadlock. Every `group.device(rank)` must be the device of
+    /// `stream`. Returns each op's number in its group.
+    pub fn submit_batch(
+        stream: &MockStream,
+        ops: Vec<(&JointGroup, usize, JointOp)>,
+    ) -> Result<Vec<u64>, BackendError> {
         const CALL: &str = "joint op";
-        let Some(device) = self.devices.get(rank) else {
+        let Some((first, first_rank, _)) = ops.first() else {
+            return Err(invalid(CALL, "an empty batch"));
+        };
+        let Some(device) = first.devices.get(*first_rank) else {
             return Err(invalid(
                 CALL,
-                format!("rank {rank} out of range for a group of {}", self.size()),
+                format!(
+                    "rank {first_rank} out of range for a group of {}",
+                    first.size()
+                ),
             ));
         };
-        let core = &self.owner.core;
-        let mut w = core.world.lock();
-        let s = device.stream_index(stream, CALL)?;
-        let spans = device.spans(&w, CALL, &op.accesses)?;
-        let timeout = op.timeout.unwrap_or(core.config.joint_timeout);
-        let info = w.begin_op(s, &op.name, &spans);
-        let clock = w.streams[s].clock.clone();
-        let size = self.size();
-        let group = &mut w.groups[self.id];
-        let k = group.submitted[rank];
-        group.submitted[rank] += 1;
-        let slot = group.slots.entry(k).or_insert_with(|| Slot {
-            parts: (0..size).map(|_| None).collect(),
-            streams: vec![None; size],
-            arrived: 0,
-            first_reached: None,
-            timeout,
-            failed: None,
-            done: 0,
-            taken: false,
-        });
-        slot.timeout = slot.timeout.min(timeout);
-        slot.parts[rank] = Some(Part {
-            name: op.name,
-            device: device.slot,
-            regions: spans.into_iter().map(|(span, _)| span).collect(),
-            body: op.body,
-            clock,
-        });
-        slot.streams[rank] = Some(s);
-        slot.arrived += 1;
-        if slot.arrived == size {
-            // A collective orders everything before it on every participant before
-            // everything after it on any participant.
-            let mut joint = crate::clock::VClock::default();
-            for p in slot.parts.iter().flatten() {
-                joint.join(&p.clock);
-            }
-            let streams: Vec<usize> = slot.streams.iter().flatten().copied().collect();
-            for p in streams {
-                w.streams[p].clock.join(&joint);
+        for (group, rank, _) in &ops {
+            match group.devices.get(*rank) {
+                Some(d)
+                    if Arc::ptr_eq(&d.owner.core, &device.owner.core) && d.slot == device.slot => {}
+                Some(_) => {
+                    return Err(invalid(
+                        CALL,
+                        "every op of a batch must be a share of the stream's own device",
+                    ));
+                }
+                None => {
+                    return Err(invalid(
+                        CALL,
+                        format!("rank {rank} out of range for a group of {}", group.size()),
+                    ));
+                }
             }
         }
+        let core = &device.owner.core;
+        let mut w = core.world.lock();
+        let s = device.stream_index(stream, CALL)?;
+        // Validate everything before changing anything.
+        let spans: Vec<Vec<(Span, AccessKind)>> = ops
+            .iter()
+            .map(|(_, _, op)| device.spans(&w, CALL, &op.accesses))
+            .collect::<Result<_, _>>()?;
+        let all: Vec<(Span, AccessKind)> = spans.iter().flatten().cloned().collect();
+        let name = ops
+            .iter()
+            .map(|(_, _, op)| op.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+");
+        let info = w.begin_op(s, &name, &all);
+        let clock = w.streams[s].clock.clone();
+        let mut items = Vec::with_capacity(ops.len());
+        for ((group, rank, op), spans) in ops.into_iter().zip(spans) {
+            let timeout = op.timeout.unwrap_or(core.config.joint_timeout);
+            let part = Part {
+                name: op.name,
+                device: device.slot,
+                regions: spans.into_iter().map(|(span, _)| span).collect(),
+                body: op.body,
+                clock: clock.clone(),
+            };
+            let k = arrive(&mut w, group.id, rank, s, part, timeout);
+            items.push(JointItem {
+                group: group.id,
+                k,
+                done: false,
+            });
+        }
+        let ks = items.iter().map(|i| i.k).collect();
         w.push(
             s,
             Op {
                 info,
                 delay: Duration::ZERO,
-                work: Work::Joint { group: self.id, k },
+                work: Work::Joint(JointEntry { items, error: None }),
             },
         );
         drop(w);
         core.cv.notify_all();
-        Ok(k)
+        Ok(ks)
     }
 }
 
-/// The regions of a joint or custom op, per rank: `(device slot, spans)`.
-pub(crate) struct JointRegions(Vec<(usize, Vec<Span>)>);
-
-impl JointRegions {
-    pub(crate) fn new(ranks: Vec<(usize, Vec<Span>)>) -> JointRegions {
-        JointRegions(ranks)
+/// Registers `part` as rank `rank`'s share of `group`'s next joint op; returns its number.
+fn arrive(
+    w: &mut World,
+    group_id: usize,
+    rank: usize,
+    s: usize,
+    part: Part,
+    timeout: Duration,
+) -> u64 {
+    let group = &mut w.groups[group_id];
+    let size = group.devices.len();
+    let k = group.submitted[rank];
+    group.submitted[rank] += 1;
+    let slot = group.slots.entry(k).or_insert_with(|| Slot {
+        parts: (0..size).map(|_| None).collect(),
+        streams: vec![None; size],
+        arrived: 0,
+        first_reached: None,
+        timeout,
+        failed: None,
+        done: 0,
+    });
+    slot.timeout = slot.timeout.min(timeout);
+    if slot.failed.is_none() {
+        slot.failed.clone_from(&group.aborted);
     }
-}
-
-/// What a joint or custom op's body sees: every declared region of every rank, locked for
-/// the duration of the body. Regions are addressed by `(rank, region index)`; a custom op
-/// has the single rank 0.
-pub struct JointMemory<'a> {
-    guards: Vec<MutexGuard<'a, Vec<u8>>>,
-    /// Per rank, per region: `(guard index, offset, len)`.
-    index: Vec<Vec<(usize, usize, usize)>>,
-}
-
-impl<'a> JointMemory<'a> {
-    /// Locks every distinct buffer behind `regions`, in (device, address) order (the order
-    /// every multi-buffer op uses, so concurrent ops cannot deadlock).
-    pub(crate) fn lock(regions: &'a JointRegions) -> JointMemory<'a> {
-        let mut keys: Vec<(usize, u64, &'a crate::memory::Buffer)> = regions
-            .0
-            .iter()
-            .flat_map(|(dev, spans)| {
-                spans
-                    .iter()
-                    .filter_map(move |s| s.buf.as_ref().map(|b| (*dev, s.base, b)))
-            })
-            .collect();
-        keys.sort_by_key(|k| (k.0, k.1));
-        keys.dedup_by_key(|k| (k.0, k.1));
-        let guards = keys.iter().map(|k| k.2.lock()).collect();
-        let index = regions
-            .0
-            .iter()
-            .map(|(dev, spans)| {
-                spans
-                    .iter()
-                    .map(|s| {
-                        let g = keys
-                            .binary_search_by_key(&(*dev, s.base), |k| (k.0, k.1))
-                            .unwrap_or(usize::MAX);
-                        (g, s.offset, s.len)
-                    })
-                    .collect()
-            })
-            .collect();
-        JointMemory { guards, index }
+    if slot.failed.is_none()
+        && let Some(i) = group.injected.iter().position(|&j| j == k)
+    {
+        group.injected.swap_remove(i);
+        slot.failed = Some(injected(format!(
+            "joint op `{}` #{k} of group {group_id}",
+            part.name
+        )));
     }
-
-    /// Number of ranks.
-    pub fn ranks(&self) -> usize {
-        self.index.len()
+    slot.parts[rank] = Some(part);
+    slot.streams[rank] = Some(s);
+    slot.arrived += 1;
+    if slot.arrived == size {
+        // A collective orders everything before it on every participant before
+        // everything after it on any participant.
+        let mut joint = crate::clock::VClock::default();
+        for p in slot.parts.iter().flatten() {
+            joint.join(&p.clock);
+        }
+        let streams: Vec<usize> = slot.streams.iter().flatten().copied().collect();
+        for p in streams {
+            w.streams[p].clock.join(&joint);
+        }
     }
-
-    /// Number of regions `rank` declared.
-    pub fn regions(&self, rank: usize) -> usize {
-        self.index.get(rank).map_or(0, Vec::len)
-    }
-
-    fn locate(&self, rank: usize, region: usize) -> Result<(usize, usize, usize), BackendError> {
-        self.index
-            .get(rank)
-            .and_then(|r| r.get(region))
-            .copied()
-            .filter(|(g, _, _)| *g < self.guards.len())
-            .ok_or_else(|| {
-                invalid(
-                    "JointMemory",
-                    format!("rank {rank} has no backed region {region}"),
-                )
-            })
-    }
-
-    /// The bytes of region `region` of `rank`.
-    pub fn bytes(&self, rank: usize, region: usize) -> Result<&[u8], BackendError> {
-        let (g, off, len) = self.locate(rank, region)?;
-        Ok(&self.guards[g][off..off + len])
-    }
-
-    /// The bytes of region `region` of `rank`, writable.
-    pub fn bytes_mut(&mut self, rank: usize, region: usize) -> Result<&mut [u8], BackendError> {
-        let (g, off, len) = self.locate(rank, region)?;
-        Ok(&mut self.guards[g][off..off + len])
-    }
-}
-
-impl MockDevice {
-    /// Enqueues a custom op on `stream`: `body` runs in stream order with the `accesses`
-    /// as its regions (rank 0), and the race detector checks them like any op's.
-    pub fn enqueue_custom(
-        &self,
-        stream: &MockStream,
-        name: &str,
-        accesses: &[MemAccess],
-        body: impl FnOnce(&mut JointMemory<'_>) -> Result<(), BackendError> + Send + 'static,
-    ) -> Result<(), BackendError> {
-        const CALL: &str = "enqueue_custom";
-        let core = &self.owner.core;
-        let mut w = core.world.lock();
-        let s = self.stream_index(stream, CALL)?;
-        let spans = self.spans(&w, CALL, accesses)?;
-        let info = w.begin_op(s, name, &spans);
-        let body: JointBody = Box::new(body);
-        w.push(
-            s,
-            Op {
-                info,
-                delay: core.config.delays.custom,
-                work: Work::Custom {
-                    regions: spans.into_iter().map(|(span, _)| span).collect(),
-                    body: Some(body),
-                },
-            },
-        );
-        drop(w);
-        core.cv.notify_all();
-        Ok(())
-    }
+    k
 }

@@ -76,17 +76,21 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    /// Memory for the device with process-wide number `uid` (which picks its address slice).
+    /// Memory for the device with index `index`, which picks its address slice.
+    ///
+    /// Addresses depend only on the device index and the allocation sequence, so a replay
+    /// (deterministic mode) reports the same addresses; devices with different indices
+    /// never share an address, like the devices of one machine. Two independent devices
+    /// opened with the same index do, like GPU 0 seen from two processes.
     pub(crate) fn new(
-        uid: u64,
+        index: usize,
         capacity: u64,
         backing: bool,
         fault: Option<MallocFault>,
     ) -> Memory {
         // Slice 0 is skipped so that no device hands out addresses near null. Past 2^19
-        // devices the slices would leave the 63-bit range; wrapping keeps them valid (and
-        // still distinct from any device alive at the same time in practice).
-        let slice = (uid % ((1 << 19) - 1)) + 1;
+        // devices the slices would leave the 63-bit range; wrapping keeps them valid.
+        let slice = (index as u64 % ((1 << 19) - 1)) + 1;
         let start = slice * ADDRESS_SPACE;
         Memory {
             backing,
@@ -187,12 +191,23 @@ impl Memory {
     }
 
     /// Validates that `[ptr, ptr + bytes)` lies inside one live allocation.
-    pub(crate) fn span(&self, call: &'static str, ptr: u64, bytes: u64) -> Result<Span, BackendError> {
+    pub(crate) fn span(
+        &self,
+        call: &'static str,
+        ptr: u64,
+        bytes: u64,
+    ) -> Result<Span, BackendError> {
         let end = ptr.checked_add(bytes).ok_or_else(|| {
-            invalid(call, format!("range {ptr:#x} + {bytes} overflows the address space"))
+            invalid(
+                call,
+                format!("range {ptr:#x} + {bytes} overflows the address space"),
+            )
         })?;
         let Some((&base, alloc)) = self.allocs.range(..=ptr).next_back() else {
-            return Err(invalid(call, format!("{ptr:#x} is not in a live raw allocation")));
+            return Err(invalid(
+                call,
+                format!("{ptr:#x} is not in a live raw allocation"),
+            ));
         };
         if end > base + alloc.len || ptr >= base + alloc.len.max(1) {
             return Err(invalid(

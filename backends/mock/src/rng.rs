@@ -1,10 +1,10 @@
 //! A tiny seeded generator for the deterministic mode.
 //!
-//! SplitMix64 is enough: the mock needs reproducible choices among a handful of ready
+//! `SplitMix64` is enough: the mock needs reproducible choices among a handful of ready
 //! streams, not statistical quality, and a local generator keeps the crate free of a
 //! `rand` version the rest of the workspace would have to agree on.
 
-/// SplitMix64 (Steele, Lea, Flood 2014): one `u64` of state, full period.
+/// `SplitMix64` (Steele, Lea, Flood 2014): one `u64` of state, full period.
 #[derive(Clone, Debug)]
 pub(crate) struct SplitMix64 {
     state: u64,

@@ -16,8 +16,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::clock::VClock;
 use crate::config::MockConfig;
 use crate::detector::{Access, OpInfo, RaceLog};
-use crate::joint::JointBody;
 use crate::memory::{Memory, Span};
+use crate::region::JointBody;
 use crate::rng::SplitMix64;
 
 /// Shared by every handle of a cluster and by its worker threads.
@@ -59,8 +59,6 @@ pub(crate) struct World {
 
 /// Per-device state.
 pub(crate) struct DeviceState {
-    /// `device_index()`.
-    pub index: usize,
     pub memory: Memory,
     /// What the host threads driving this device have observed to be complete.
     pub host: VClock,
@@ -116,13 +114,48 @@ pub(crate) enum Work {
     Memset(Span),
     HostToDevice(Span, Vec<u8>),
     DeviceToHost(Span, Arc<Mutex<Option<Vec<u8>>>>),
-    DeviceToDevice { src: Span, dst: Span },
+    DeviceToDevice {
+        src: Span,
+        dst: Span,
+    },
     Delay(Duration),
     /// Device-side wait: ready once `stream` finished `target` entries.
-    Wait { stream: usize, target: u64 },
-    Custom { regions: Vec<Span>, body: Option<CustomBody> },
-    /// This stream's share of the `k`-th op of joint group `group`.
-    Joint { group: usize, k: u64 },
+    Wait {
+        stream: usize,
+        target: u64,
+    },
+    Custom {
+        regions: Vec<Span>,
+        body: Option<CustomBody>,
+    },
+    /// This stream's share of one or more joint ops (several for a batch of
+    /// point-to-point ops issued together).
+    Joint(JointEntry),
+}
+
+/// A queue entry taking part in joint ops. It stays at the head of its queue until every
+/// item ran (or failed); items run one at a time, each once all of its participants have
+/// it at their heads, so a batch never waits for its own members (no send/recv deadlock).
+pub(crate) struct JointEntry {
+    pub items: Vec<JointItem>,
+    /// First failure among the items, reported when the entry completes.
+    pub error: Option<BackendError>,
+}
+
+/// One joint op an entry takes part in.
+pub(crate) struct JointItem {
+    pub group: usize,
+    pub k: u64,
+    pub done: bool,
+}
+
+impl JointEntry {
+    /// The not-yet-finished item `(group, k)`, if this entry has it.
+    pub(crate) fn pending(&self, group: usize, k: u64) -> Option<usize> {
+        self.items
+            .iter()
+            .position(|i| !i.done && i.group == group && i.k == k)
+    }
 }
 
 /// A joint-op group: one participant device per rank.
@@ -131,6 +164,10 @@ pub(crate) struct GroupState {
     pub devices: Vec<usize>,
     /// Next op number per rank (ops are matched by number, NCCL-style).
     pub submitted: Vec<u64>,
+    /// Op numbers to fail on purpose once submitted ([`crate::JointGroup::inject_failure`]).
+    pub injected: Vec<u64>,
+    /// Set by [`crate::JointGroup::abort`]: every op not yet run fails with it.
+    pub aborted: Option<BackendError>,
     pub slots: HashMap<u64, Slot>,
 }
 
@@ -146,8 +183,6 @@ pub(crate) struct Slot {
     pub failed: Option<BackendError>,
     /// Ranks whose queue entry finished.
     pub done: usize,
-    /// Ranks' data taken for execution.
-    pub taken: bool,
 }
 
 /// One rank's submission to a joint op.
@@ -240,14 +275,17 @@ impl World {
         info
     }
 
-    /// Drops the history every clock of `device` (its streams and its host) has passed.
+    /// Drops the history every clock of `device` has passed.
+    ///
+    /// The clocks that matter are the host's (it creates streams, which start from it,
+    /// and it frees memory) and each stream's *as of its next op*, which joins the host
+    /// clock first: `min(host, min_s(stream_s ⊔ host))`. That minimum is the host clock
+    /// itself, so history is dropped exactly when the host has observed it complete (a
+    /// synchronize, a query returning true, a blocking copy); until then only same-stream
+    /// subsumption (`History::insert`) keeps it small.
     pub(crate) fn prune(&mut self, device: usize) {
-        let dev = &self.devices[device];
-        let mut passed = dev.host.clone();
-        for &s in &dev.streams {
-            passed.meet(&self.streams[s].clock);
-        }
         let dev = &mut self.devices[device];
+        let passed = dev.host.clone();
         let mut len = 0;
         for raw in dev.memory.allocs_mut() {
             raw.history.prune(&passed);

@@ -1,1 +1,208 @@
-//! Schedule generators (in progress).
+//! Schedule generators: realistic training-step presets and adversarial ones
+//! (DESIGN.md §7). Every preset's output validates for its default options and for any
+//! option values it accepts (it returns [`GenError`] for the others), and keeps values
+//! within the exactness bound by re-uploading fresh data every iteration, so nothing
+//! accumulates across iterations.
+
+mod adversarial;
+mod ddp;
+mod ep;
+mod fsdp;
+mod moe_mixed;
+mod oom_pressure;
+mod ops;
+mod pp;
+mod tp;
+
+use crate::schedule::Schedule;
+
+/// Options shared by all presets. Sizes are rounded up to what a preset needs (multiples
+/// of 16 elements for aligned copies, times the group size where tensors are chunked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenOptions {
+    /// Layers (for `pp`: micro-batches; for `ddp`: gradient buckets).
+    pub layers: usize,
+    /// Elements of the basic tensor (a parameter shard, a bucket, an activation chunk).
+    pub elems: u64,
+    /// Body iterations.
+    pub iterations: u32,
+    /// Number of ranks; `None`: the preset's default.
+    pub world_size: Option<usize>,
+    /// Seed offset of every `upload`.
+    pub seed: u32,
+    /// `device_memory` of the schedule; `None`: unset (or the preset's own, for
+    /// `oom-pressure`).
+    pub device_memory: Option<u64>,
+}
+
+impl Default for GenOptions {
+    fn default() -> Self {
+        Self {
+            layers: 2,
+            elems: 256,
+            iterations: 2,
+            world_size: None,
+            seed: 1,
+            device_memory: None,
+        }
+    }
+}
+
+/// Why a preset cannot produce a schedule for the given options.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GenError {
+    /// No preset of that name.
+    #[error("unknown preset {0:?} (see `list`)")]
+    UnknownPreset(String),
+    /// The preset does not support these options.
+    #[error("preset {preset}: {reason}")]
+    Unsupported {
+        /// The preset.
+        preset: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A named schedule generator.
+#[derive(Debug, Clone, Copy)]
+pub struct Preset {
+    /// Name used on the command line.
+    pub name: &'static str,
+    /// One-line description.
+    pub description: &'static str,
+    /// Whether it is a negative/adversarial scenario for reuse policies.
+    pub adversarial: bool,
+    /// The generator.
+    pub generate: fn(&GenOptions) -> Result<Schedule, GenError>,
+}
+
+/// Every preset, realistic ones first.
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        name: "ddp",
+        description: ddp::DESCRIPTION,
+        adversarial: false,
+        generate: ddp::generate,
+    },
+    Preset {
+        name: "fsdp",
+        description: fsdp::DESCRIPTION,
+        adversarial: false,
+        generate: fsdp::generate,
+    },
+    Preset {
+        name: "tp",
+        description: tp::DESCRIPTION,
+        adversarial: false,
+        generate: tp::generate,
+    },
+    Preset {
+        name: "ep",
+        description: ep::DESCRIPTION,
+        adversarial: false,
+        generate: ep::generate,
+    },
+    Preset {
+        name: "pp",
+        description: pp::DESCRIPTION,
+        adversarial: false,
+        generate: pp::generate,
+    },
+    Preset {
+        name: "moe-mixed",
+        description: moe_mixed::DESCRIPTION,
+        adversarial: false,
+        generate: moe_mixed::generate,
+    },
+    Preset {
+        name: "free-before-wait",
+        description: adversarial::FREE_BEFORE_WAIT,
+        adversarial: true,
+        generate: adversarial::free_before_wait,
+    },
+    Preset {
+        name: "never-wait",
+        description: adversarial::NEVER_WAIT,
+        adversarial: true,
+        generate: adversarial::never_wait,
+    },
+    Preset {
+        name: "late-wait",
+        description: adversarial::LATE_WAIT,
+        adversarial: true,
+        generate: adversarial::late_wait,
+    },
+    Preset {
+        name: "p2p-mode2",
+        description: adversarial::P2P_MODE2,
+        adversarial: true,
+        generate: adversarial::p2p_mode2,
+    },
+    Preset {
+        name: "oom-pressure",
+        description: oom_pressure::DESCRIPTION,
+        adversarial: true,
+        generate: oom_pressure::generate,
+    },
+];
+
+/// Generates preset `name` with `opts`.
+pub fn generate(name: &str, opts: &GenOptions) -> Result<Schedule, GenError> {
+    let preset = PRESETS
+        .iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| GenError::UnknownPreset(name.to_owned()))?;
+    (preset.generate)(opts)
+}
+
+/// Rounds `n` up to a multiple of `m` (at least `m`), saturating.
+pub(crate) fn round_up(n: u64, m: u64) -> u64 {
+    let m = m.max(1);
+    n.max(1).div_ceil(m).saturating_mul(m)
+}
+
+/// The world size to use: the option, or `default`, checked against `ok`.
+pub(crate) fn world(
+    opts: &GenOptions,
+    preset: &'static str,
+    default: usize,
+    ok: impl Fn(usize) -> bool,
+    rule: &str,
+) -> Result<usize, GenError> {
+    let n = opts.world_size.unwrap_or(default);
+    if n == 0 || n > crate::schedule::MAX_WORLD_SIZE || !ok(n) {
+        return Err(GenError::Unsupported {
+            preset,
+            reason: format!("world size {n}: {rule}"),
+        });
+    }
+    if opts.layers == 0 {
+        return Err(GenError::Unsupported {
+            preset,
+            reason: "layers must be at least 1".to_owned(),
+        });
+    }
+    Ok(n)
+}
+
+/// The skeleton every preset fills in.
+pub(crate) fn skeleton(
+    name: &str,
+    description: &str,
+    world_size: usize,
+    opts: &GenOptions,
+) -> Schedule {
+    Schedule {
+        name: name.to_owned(),
+        description: Some(description.to_owned()),
+        world_size,
+        groups: std::collections::BTreeMap::new(),
+        streams: Vec::new(),
+        device_memory: opts.device_memory,
+        iterations: opts.iterations,
+        setup: Vec::new(),
+        body: Vec::new(),
+        teardown: Vec::new(),
+    }
+}

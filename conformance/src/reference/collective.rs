@@ -13,25 +13,39 @@ pub(super) struct Overflow {
 }
 
 /// Element-wise reduction of equally long inputs; also the largest absolute total a sum
-/// adds up (0 for max/min, which add nothing up).
+/// adds up (0 for max/min, which add nothing up). Column sums run input by input so the
+/// loops stay simple enough to be fast in unoptimised test builds.
 fn reduce(inputs: &[Vec<f32>], op: ReduceOp) -> (Vec<f32>, f64) {
-    let len = inputs.first().map_or(0, Vec::len);
-    let mut worst = 0.0f64;
-    let out = (0..len)
-        .map(|i| {
-            let column = inputs.iter().filter_map(|x| x.get(i).copied());
-            match op {
-                ReduceOp::Sum => {
-                    let (sum, abs) = column.fold((0.0f64, 0.0f64), |(s, a), v| (s + f64::from(v), a + f64::from(v).abs()));
-                    worst = worst.max(abs);
-                    sum as f32
+    let Some((first, rest)) = inputs.split_first() else {
+        return (Vec::new(), 0.0);
+    };
+    match op {
+        ReduceOp::Sum => {
+            let mut sum: Vec<f64> = first.iter().map(|&v| f64::from(v)).collect();
+            let mut abs: Vec<f64> = first.iter().map(|&v| f64::from(v).abs()).collect();
+            for x in rest {
+                for ((s, a), &v) in sum.iter_mut().zip(abs.iter_mut()).zip(x) {
+                    *s += f64::from(v);
+                    *a += f64::from(v).abs();
                 }
-                ReduceOp::Max => column.fold(f32::NEG_INFINITY, f32::max),
-                ReduceOp::Min => column.fold(f32::INFINITY, f32::min),
             }
-        })
-        .collect();
-    (out, worst)
+            let worst = abs.iter().copied().fold(0.0, f64::max);
+            (sum.into_iter().map(|v| v as f32).collect(), worst)
+        }
+        ReduceOp::Max | ReduceOp::Min => {
+            let mut out = first.clone();
+            for x in rest {
+                for (o, &v) in out.iter_mut().zip(x) {
+                    *o = if op == ReduceOp::Max {
+                        o.max(v)
+                    } else {
+                        o.min(v)
+                    };
+                }
+            }
+            (out, 0.0)
+        }
+    }
 }
 
 /// Executes one matched collective. `members` are (global rank, that rank's op) in
@@ -41,10 +55,16 @@ pub(super) fn execute(members: &[(usize, &OpKind)], memory: &mut Memory) -> Opti
     let read = |memory: &Memory, (rank, op): &(usize, &OpKind)| -> Vec<f32> {
         let name = match op {
             OpKind::AllReduce { t, .. } | OpKind::Broadcast { t, .. } => t,
-            OpKind::AllGather { input, .. } | OpKind::ReduceScatter { input, .. } | OpKind::AllToAll { input, .. } => input,
+            OpKind::AllGather { input, .. }
+            | OpKind::ReduceScatter { input, .. }
+            | OpKind::AllToAll { input, .. } => input,
             _ => return Vec::new(),
         };
-        memory.get(*rank).and_then(|m| m.get(name)).cloned().unwrap_or_default()
+        memory
+            .get(*rank)
+            .and_then(|m| m.get(name))
+            .cloned()
+            .unwrap_or_default()
     };
     let inputs: Vec<Vec<f32>> = members.iter().map(|m| read(memory, m)).collect();
     let gs = members.len();
@@ -62,26 +82,37 @@ pub(super) fn execute(members: &[(usize, &OpKind)], memory: &mut Memory) -> Opti
                 return Some(overflow(members, worst));
             }
             let chunk = out.len() / gs.max(1);
-            (0..gs).map(|g| out.get(g * chunk..(g + 1) * chunk).map(<[f32]>::to_vec)).collect()
+            (0..gs)
+                .map(|g| out.get(g * chunk..(g + 1) * chunk).map(<[f32]>::to_vec))
+                .collect()
         }
         OpKind::AllGather { .. } => vec![Some(inputs.concat()); gs],
         OpKind::AllToAll { .. } => {
             let chunk = inputs.first().map_or(0, Vec::len) / gs.max(1);
             (0..gs)
-                .map(|j| (0..gs).map(|i| inputs[i].get(j * chunk..(j + 1) * chunk)).collect::<Option<Vec<&[f32]>>>().map(|c| c.concat()))
+                .map(|j| {
+                    (0..gs)
+                        .map(|i| inputs[i].get(j * chunk..(j + 1) * chunk))
+                        .collect::<Option<Vec<&[f32]>>>()
+                        .map(|c| c.concat())
+                })
                 .collect()
         }
         OpKind::Broadcast { root, .. } => {
             let root = root.unwrap_or(0);
             let data = inputs.get(root).cloned();
-            (0..gs).map(|g| if g == root { None } else { data.clone() }).collect()
+            (0..gs)
+                .map(|g| if g == root { None } else { data.clone() })
+                .collect()
         }
         _ => vec![None; gs],
     };
     for ((rank, op), out) in members.iter().zip(outputs) {
         let name = match op {
             OpKind::AllReduce { t, .. } | OpKind::Broadcast { t, .. } => t,
-            OpKind::AllGather { out, .. } | OpKind::ReduceScatter { out, .. } | OpKind::AllToAll { out, .. } => out,
+            OpKind::AllGather { out, .. }
+            | OpKind::ReduceScatter { out, .. }
+            | OpKind::AllToAll { out, .. } => out,
             _ => continue,
         };
         if let (Some(out), Some(mem)) = (out, memory.get_mut(*rank)) {
@@ -97,5 +128,9 @@ fn overflow(members: &[(usize, &OpKind)], worst: f64) -> Overflow {
         Some(OpKind::ReduceScatter { input, .. }) => input.clone(),
         _ => String::new(),
     };
-    Overflow { member: 0, tensor, magnitude: worst as u64 }
+    Overflow {
+        member: 0,
+        tensor,
+        magnitude: worst as u64,
+    }
 }

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{CheckResult, collective};
-use crate::schedule::{OpKind, Schedule, Step};
+use crate::schedule::{OpKind, Phase, Schedule, Step};
 use crate::validate::plan::{CommPlan, Event, EventKind};
 use crate::validate::{Sink, ValidationErrorKind as K};
 
@@ -22,6 +22,8 @@ pub(super) struct Engine<'a> {
     arrived: Vec<bool>,
     /// Collective instances already executed.
     executed: HashSet<usize>,
+    /// Ops already reported beyond the exactness bound: one error per op, not per iteration.
+    overflowed: HashSet<(Phase, usize)>,
     memory: Memory,
     checks: Vec<Vec<CheckResult>>,
 }
@@ -36,6 +38,7 @@ impl<'a> Engine<'a> {
             next_event: vec![0; n],
             arrived: vec![false; n],
             executed: HashSet::new(),
+            overflowed: HashSet::new(),
             memory: vec![HashMap::new(); n],
             checks: vec![Vec::new(); n],
         }
@@ -88,7 +91,15 @@ impl<'a> Engine<'a> {
         for r in 0..n {
             if let Some(step) = self.programs[r].get(self.cursor[r]) {
                 stuck = true;
-                sink.push(Some(step.phase), Some(step.op_index), Some(r), K::Deadlock { op: step.op.kind.name(), iter: step.iter });
+                sink.push(
+                    Some(step.phase),
+                    Some(step.op_index),
+                    Some(r),
+                    K::Deadlock {
+                        op: step.op.kind.name(),
+                        iter: step.iter,
+                    },
+                );
             }
         }
         (!stuck).then_some(self.checks)
@@ -96,15 +107,35 @@ impl<'a> Engine<'a> {
 
     /// Moves data for every send/recv pair whose other side is already waiting.
     fn on_arrive(&mut self, rank: usize) {
-        let Some(Event { kind: EventKind::P2p(members), .. }) = self.current_event(rank) else { return };
+        let Some(Event {
+            kind: EventKind::P2p(members),
+            ..
+        }) = self.current_event(rank)
+        else {
+            return;
+        };
         for m in members {
-            let Some((q, f, qm)) = m.partner else { continue };
+            let Some((q, f, qm)) = m.partner else {
+                continue;
+            };
             if self.next_event[q] != f || !self.arrived[q] {
                 continue;
             }
-            let Some(Event { kind: EventKind::P2p(theirs), .. }) = self.plan.events[q].get(f) else { continue };
-            let Some(other) = theirs.get(qm) else { continue };
-            let ((src_rank, src), (dst_rank, dst)) = if m.send { ((rank, &m.tensor), (q, &other.tensor)) } else { ((q, &other.tensor), (rank, &m.tensor)) };
+            let Some(Event {
+                kind: EventKind::P2p(theirs),
+                ..
+            }) = self.plan.events[q].get(f)
+            else {
+                continue;
+            };
+            let Some(other) = theirs.get(qm) else {
+                continue;
+            };
+            let ((src_rank, src), (dst_rank, dst)) = if m.send {
+                ((rank, &m.tensor), (q, &other.tensor))
+            } else {
+                ((q, &other.tensor), (rank, &m.tensor))
+            };
             if let Some(data) = self.memory[src_rank].get(src).cloned() {
                 self.memory[dst_rank].insert(dst.clone(), data);
             }
@@ -112,11 +143,18 @@ impl<'a> Engine<'a> {
     }
 
     fn try_complete(&mut self, rank: usize, sink: &mut Sink) -> bool {
-        let Some(event) = self.current_event(rank) else { return false };
+        let Some(event) = self.current_event(rank) else {
+            return false;
+        };
         match &event.kind {
-            EventKind::P2p(members) => members.iter().all(|m| m.partner.is_some_and(|(q, f, _)| self.reached(q, f))),
+            EventKind::P2p(members) => members
+                .iter()
+                .all(|m| m.partner.is_some_and(|(q, f, _)| self.reached(q, f))),
             EventKind::Collective { instance, .. } => {
-                let Some(inst) = instance.and_then(|i| self.plan.instances.get(i).map(|x| (i, x))) else { return false };
+                let Some(inst) = instance.and_then(|i| self.plan.instances.get(i).map(|x| (i, x)))
+                else {
+                    return false;
+                };
                 if !inst.1.members.iter().all(|&(q, f)| self.reached(q, f)) {
                     return false;
                 }
@@ -133,7 +171,18 @@ impl<'a> Engine<'a> {
                     if let Some(bad) = collective::execute(&ops, &mut self.memory) {
                         let (q, f) = inst.1.members[bad.member];
                         let e = &self.plan.events[q][f];
-                        sink.push(Some(e.phase), Some(e.op_index), Some(q), K::ExactnessExceeded { tensor: bad.tensor, magnitude: bad.magnitude, iter: e.iter });
+                        if self.overflowed.insert((e.phase, e.op_index)) {
+                            sink.push(
+                                Some(e.phase),
+                                Some(e.op_index),
+                                Some(q),
+                                K::ExactnessExceeded {
+                                    tensor: bad.tensor,
+                                    magnitude: bad.magnitude,
+                                    iter: e.iter,
+                                },
+                            );
+                        }
                     }
                 }
                 true
@@ -158,19 +207,36 @@ impl<'a> Engine<'a> {
                     x.fill(0.0);
                 }
             }
-            OpKind::Copy { src, dst, src_offset, dst_offset, elems } => {
+            OpKind::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                elems,
+            } => {
                 let Some(data) = mem.get(src) else { return };
                 let so = src_offset.unwrap_or(0) as usize;
                 let n = elems.map_or(data.len(), |e| e as usize);
-                let Some(chunk) = data.get(so..so.saturating_add(n)).map(<[f32]>::to_vec) else { return };
+                let Some(chunk) = data.get(so..so.saturating_add(n)).map(<[f32]>::to_vec) else {
+                    return;
+                };
                 let d = dst_offset.unwrap_or(0) as usize;
-                if let Some(target) = mem.get_mut(dst).and_then(|x| x.get_mut(d..d.saturating_add(n))) {
+                if let Some(target) = mem
+                    .get_mut(dst)
+                    .and_then(|x| x.get_mut(d..d.saturating_add(n)))
+                {
                     target.copy_from_slice(&chunk);
                 }
             }
             OpKind::Check { t } => {
                 let values = mem.get(t).cloned().unwrap_or_default();
-                self.checks[rank].push(CheckResult { phase: step.phase, iter: step.iter, op_index: step.op_index, tensor: t.clone(), values });
+                self.checks[rank].push(CheckResult {
+                    phase: step.phase,
+                    iter: step.iter,
+                    op_index: step.op_index,
+                    tensor: t.clone(),
+                    values,
+                });
             }
             OpKind::Free { t } => {
                 mem.remove(t);

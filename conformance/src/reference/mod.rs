@@ -96,7 +96,9 @@ pub fn live_peak_bytes(schedule: &Schedule) -> u64 {
                         now = now.saturating_add(bytes);
                         peak = peak.max(now);
                     }
-                    OpKind::Free { t } => now = now.saturating_sub(live.remove(t.as_str()).unwrap_or(0)),
+                    OpKind::Free { t } => {
+                        now = now.saturating_sub(live.remove(t.as_str()).unwrap_or(0));
+                    }
                     _ => {}
                 }
             }
@@ -115,5 +117,9 @@ pub(crate) fn run(schedule: &Schedule, sink: &mut Sink) -> Option<Reference> {
     }
     let checks = engine::Engine::new(schedule, &plan).run(sink)?;
     let digest = digest(checks.iter().map(Vec::as_slice));
-    Some(Reference { checks, digest, live_peak_bytes: live_peak_bytes(schedule) })
+    Some(Reference {
+        checks,
+        digest,
+        live_peak_bytes: live_peak_bytes(schedule),
+    })
 }

@@ -25,6 +25,12 @@ pub const MAX_WORLD_SIZE: usize = 1024;
 /// Largest accepted tensor length in elements (256 MiB of f32): the reference interpreter
 /// materialises every tensor on the host.
 pub const MAX_ELEMS: u64 = 1 << 26;
+/// Largest host memory the reference interpreter may need: the live peak times the world
+/// size, and separately all checked values together (4 GiB each).
+pub const MAX_HOST_BYTES: u64 = 1 << 32;
+/// Largest accepted number of op executions over all ranks, iterations expanded: the
+/// validator and the reference interpreter hold every rank's expanded program.
+pub const MAX_STEPS: u64 = 10_000_000;
 /// Largest accepted `iterations`: validation replays every iteration.
 pub const MAX_ITERATIONS: u32 = 10_000;
 
@@ -125,17 +131,28 @@ impl Schedule {
 
     /// Rank `rank`'s ops of one segment, in program order (ops whose `ranks` exclude the
     /// rank are skipped).
-    pub fn segment_steps(&self, rank: usize, phase: Phase, iter: u32) -> impl Iterator<Item = Step<'_>> {
+    pub fn segment_steps(
+        &self,
+        rank: usize,
+        phase: Phase,
+        iter: u32,
+    ) -> impl Iterator<Item = Step<'_>> {
         self.phase_ops(phase)
             .iter()
             .enumerate()
             .filter(move |(_, op)| op.runs_on(rank))
-            .map(move |(op_index, op)| Step { phase, iter, op_index, op })
+            .map(move |(op_index, op)| Step {
+                phase,
+                iter,
+                op_index,
+                op,
+            })
     }
 
     /// Rank `rank`'s whole program: every segment's steps in execution order.
     pub fn rank_steps(&self, rank: usize) -> impl Iterator<Item = Step<'_>> {
-        self.segments().flat_map(move |(phase, iter)| self.segment_steps(rank, phase, iter))
+        self.segments()
+            .flat_map(move |(phase, iter)| self.segment_steps(rank, phase, iter))
     }
 
     /// The schedule as a `memreuse.schedule/1` JSON document (pretty-printed).
@@ -147,8 +164,11 @@ impl Schedule {
             schedule: &'a Schedule,
         }
         // Serializing plain structs, strings and integers into a String cannot fail.
-        serde_json::to_string_pretty(&WithFormat { format: FORMAT, schedule: self })
-            .unwrap_or_default()
+        serde_json::to_string_pretty(&WithFormat {
+            format: FORMAT,
+            schedule: self,
+        })
+        .unwrap_or_default()
     }
 
     /// Parses a schedule from JSON text; `file` names the source in errors.
@@ -161,7 +181,12 @@ impl Schedule {
         let file = path.display().to_string();
         match std::fs::read_to_string(path) {
             Ok(text) => parse::parse(&file, &text),
-            Err(e) => Err(ParseError { file, phase: None, op_index: None, kind: ParseErrorKind::Io(e.to_string()) }),
+            Err(e) => Err(ParseError {
+                file,
+                phase: None,
+                op_index: None,
+                kind: ParseErrorKind::Io(e.to_string()),
+            }),
         }
     }
 }

@@ -337,7 +337,11 @@ impl OpKind {
 
     /// Whether this is a communication op (runs on the process group's comm stream).
     pub fn is_comm(&self) -> bool {
-        self.group().is_some() || matches!(self, Self::Send { .. } | Self::Recv { .. } | Self::Batch { .. })
+        self.group().is_some()
+            || matches!(
+                self,
+                Self::Send { .. } | Self::Recv { .. } | Self::Batch { .. }
+            )
     }
 
     /// Whether this is a collective (including `barrier`).
@@ -391,7 +395,10 @@ impl Op {
 
     /// An op executed by the listed global ranks only.
     pub fn on(kind: OpKind, ranks: Vec<usize>) -> Self {
-        Self { kind, ranks: Some(ranks) }
+        Self {
+            kind,
+            ranks: Some(ranks),
+        }
     }
 
     /// Whether global rank `rank` executes this op.

@@ -97,18 +97,41 @@ struct RawSchedule {
 }
 
 const OP_NAMES: [&str; 23] = [
-    "alloc", "upload", "zero", "copy", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-    "broadcast", "send", "recv", "batch", "barrier", "wait", "drop_work", "free", "set_stream",
-    "wait_stream", "record_stream", "sync", "check", "empty_cache", "delay",
+    "alloc",
+    "upload",
+    "zero",
+    "copy",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "send",
+    "recv",
+    "batch",
+    "barrier",
+    "wait",
+    "drop_work",
+    "free",
+    "set_stream",
+    "wait_stream",
+    "record_stream",
+    "sync",
+    "check",
+    "empty_cache",
+    "delay",
 ];
 
-/// Maps serde's message to a typed kind. serde_json reports unknown and missing fields only
+/// Maps serde's message to a typed kind. `serde_json` reports unknown and missing fields only
 /// as text, so the message prefix is the one stable signal available.
 fn classify(err: &serde_json::Error) -> ParseErrorKind {
     let msg = err.to_string();
     let quoted = || msg.split('`').nth(1).unwrap_or_default().to_owned();
     if msg.starts_with("unknown field") {
         ParseErrorKind::UnknownField(quoted())
+    } else if msg.starts_with("unknown variant") && msg.contains("expected `send` or `recv`") {
+        // Inside a batch, only the member's "op" has these two variants.
+        ParseErrorKind::UnknownOp(quoted())
     } else if msg.starts_with("missing field") {
         ParseErrorKind::MissingField(quoted())
     } else {
@@ -118,7 +141,9 @@ fn classify(err: &serde_json::Error) -> ParseErrorKind {
 
 fn parse_op(value: Value) -> Result<Op, ParseErrorKind> {
     let Value::Object(mut map) = value else {
-        return Err(ParseErrorKind::InvalidValue("an op must be a JSON object".to_owned()));
+        return Err(ParseErrorKind::InvalidValue(
+            "an op must be a JSON object".to_owned(),
+        ));
     };
     match map.get("op") {
         None => return Err(ParseErrorKind::MissingField("op".to_owned())),
@@ -126,7 +151,11 @@ fn parse_op(value: Value) -> Result<Op, ParseErrorKind> {
             return Err(ParseErrorKind::UnknownOp(name.clone()));
         }
         Some(Value::String(_)) => {}
-        Some(other) => return Err(ParseErrorKind::InvalidValue(format!("\"op\" must be a string, not {other}"))),
+        Some(other) => {
+            return Err(ParseErrorKind::InvalidValue(format!(
+                "\"op\" must be a string, not {other}"
+            )));
+        }
     }
     let ranks = match map.remove("ranks") {
         None => None,
@@ -137,8 +166,14 @@ fn parse_op(value: Value) -> Result<Op, ParseErrorKind> {
 }
 
 pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
-    let err = |phase, op_index, kind| ParseError { file: file.to_owned(), phase, op_index, kind };
-    let value: Value = serde_json::from_str(text).map_err(|e| err(None, None, ParseErrorKind::NotJson(e.to_string())))?;
+    let err = |phase, op_index, kind| ParseError {
+        file: file.to_owned(),
+        phase,
+        op_index,
+        kind,
+    };
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| err(None, None, ParseErrorKind::NotJson(e.to_string())))?;
     let Some(obj) = value.as_object() else {
         return Err(err(None, None, ParseErrorKind::NotAnObject));
     };
@@ -146,17 +181,34 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
     // a list of unknown fields.
     match obj.get("format") {
         Some(Value::String(f)) if f == FORMAT => {}
-        Some(Value::String(f)) => return Err(err(None, None, ParseErrorKind::WrongFormat(f.clone()))),
-        Some(other) => return Err(err(None, None, ParseErrorKind::WrongFormat(other.to_string()))),
-        None => return Err(err(None, None, ParseErrorKind::MissingField("format".to_owned()))),
+        Some(Value::String(f)) => {
+            return Err(err(None, None, ParseErrorKind::WrongFormat(f.clone())));
+        }
+        Some(other) => {
+            return Err(err(
+                None,
+                None,
+                ParseErrorKind::WrongFormat(other.to_string()),
+            ));
+        }
+        None => {
+            return Err(err(
+                None,
+                None,
+                ParseErrorKind::MissingField("format".to_owned()),
+            ));
+        }
     }
     let raw = RawSchedule::deserialize(value).map_err(|e| err(None, None, classify(&e)))?;
-    let mut phases = [raw.setup, raw.body, raw.teardown].into_iter().zip(Phase::ALL).map(|(ops, phase)| {
-        ops.into_iter()
-            .enumerate()
-            .map(|(i, v)| parse_op(v).map_err(|k| err(Some(phase), Some(i), k)))
-            .collect::<Result<Vec<Op>, ParseError>>()
-    });
+    let mut phases = [raw.setup, raw.body, raw.teardown]
+        .into_iter()
+        .zip(Phase::ALL)
+        .map(|(ops, phase)| {
+            ops.into_iter()
+                .enumerate()
+                .map(|(i, v)| parse_op(v).map_err(|k| err(Some(phase), Some(i), k)))
+                .collect::<Result<Vec<Op>, ParseError>>()
+        });
     let mut next = || phases.next().unwrap_or_else(|| Ok(Vec::new()));
     let (setup, body, teardown) = (next()?, next()?, next()?);
     Ok(Schedule {

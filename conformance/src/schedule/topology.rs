@@ -34,12 +34,17 @@ impl Topology {
             .filter(|(name, _)| name.as_str() != WORLD)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        lists.insert(WORLD.to_owned(), vec![(0..schedule.world_size.min(super::MAX_WORLD_SIZE)).collect()]);
+        lists.insert(
+            WORLD.to_owned(),
+            vec![(0..schedule.world_size.min(super::MAX_WORLD_SIZE)).collect()],
+        );
         let mut position = HashMap::new();
         for (name, group_lists) in &lists {
             for (index, list) in group_lists.iter().enumerate() {
                 for (group_rank, &rank) in list.iter().enumerate() {
-                    position.entry((name.clone(), rank)).or_insert((index, group_rank));
+                    position
+                        .entry((name.clone(), rank))
+                        .or_insert((index, group_rank));
                 }
             }
         }
@@ -55,6 +60,10 @@ impl Topology {
     pub fn locate(&self, group: &str, rank: usize) -> Option<Located<'_>> {
         let &(index, group_rank) = self.position.get(&(group.to_owned(), rank))?;
         let members = self.lists.get(group)?.get(index)?;
-        Some(Located { index, group_rank, members })
+        Some(Located {
+            index,
+            group_rank,
+            members,
+        })
     }
 }

@@ -12,7 +12,9 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{Sink, ValidationErrorKind as K};
-use crate::schedule::{BatchMember, COMPUTE, OpKind, Phase, Schedule, Step, Topology};
+use crate::schedule::{
+    BatchMember, COMPUTE, MAX_HOST_BYTES, OpKind, Phase, Schedule, Step, Topology,
+};
 
 /// Sorted, disjoint, non-adjacent half-open element ranges that have been written.
 #[derive(Debug, Clone, Default)]
@@ -98,6 +100,8 @@ struct Walk<'a> {
 
 pub(super) fn check(s: &Schedule, sink: &mut Sink) {
     let topo = Topology::new(s);
+    // The reference keeps every checked value: bound their total.
+    let mut checked_bytes = 0u64;
     for rank in 0..s.world_size {
         let mut walk = Walk {
             rank,
@@ -110,12 +114,27 @@ pub(super) fn check(s: &Schedule, sink: &mut Sink) {
             at: (Phase::Setup, 0),
         };
         for (phase, iter) in s.segments() {
-            walk.current = COMPUTE.to_owned();
+            COMPUTE.clone_into(&mut walk.current);
             for step in s.segment_steps(rank, phase, iter) {
                 if sink.is_full() {
                     return;
                 }
                 walk.at = (step.phase, step.op_index);
+                if let OpKind::Check { t } = &step.op.kind {
+                    checked_bytes = checked_bytes
+                        .saturating_add(walk.tensors.get(t).map_or(0, |t| t.elems * 4));
+                    if checked_bytes > MAX_HOST_BYTES {
+                        walk.err(
+                            sink,
+                            K::LimitExceeded {
+                                what: "bytes of all checks",
+                                value: checked_bytes,
+                                limit: MAX_HOST_BYTES,
+                            },
+                        );
+                        return;
+                    }
+                }
                 walk.step(&step, sink);
             }
         }
@@ -124,7 +143,12 @@ pub(super) fn check(s: &Schedule, sink: &mut Sink) {
         for name in names {
             sink.push(None, None, Some(rank), K::LiveAtEnd(name.clone()));
         }
-        let mut works: Vec<&String> = walk.works.iter().filter(|(_, p)| **p).map(|(w, _)| w).collect();
+        let mut works: Vec<&String> = walk
+            .works
+            .iter()
+            .filter(|(_, p)| **p)
+            .map(|(w, _)| w)
+            .collect();
         works.sort();
         for w in works {
             sink.push(None, None, Some(rank), K::WorkNeverWaited(w.clone()));
@@ -142,15 +166,29 @@ impl Walk<'_> {
         if let Some(t) = self.tensors.get(name) {
             return Some(t.elems);
         }
-        let kind = if self.ever_allocated.contains(name) { K::UseAfterFree(name.to_owned()) } else { K::UndefinedTensor(name.to_owned()) };
+        let kind = if self.ever_allocated.contains(name) {
+            K::UseAfterFree(name.to_owned())
+        } else {
+            K::UndefinedTensor(name.to_owned())
+        };
         self.err(sink, kind);
         None
     }
 
     /// Checks that `start..end` of `name` was written.
     fn require_init(&self, name: &str, start: u64, end: u64, sink: &mut Sink) {
-        if let Some(elem) = self.tensors.get(name).and_then(|t| t.init.first_missing(start, end)) {
-            self.err(sink, K::UninitializedRead { tensor: name.to_owned(), elem });
+        if let Some(elem) = self
+            .tensors
+            .get(name)
+            .and_then(|t| t.init.first_missing(start, end))
+        {
+            self.err(
+                sink,
+                K::UninitializedRead {
+                    tensor: name.to_owned(),
+                    elem,
+                },
+            );
         }
     }
 
@@ -163,10 +201,20 @@ impl Walk<'_> {
     /// Race check of an access against pending communication; `key` is `Some` for an
     /// access by a communication op.
     fn check_pending(&self, name: &str, write: bool, key: Option<&CommKey>, sink: &mut Sink) {
-        let clash = self.pending.iter().find(|p| p.tensor == name && (p.write || write) && key != Some(&p.key));
+        let clash = self
+            .pending
+            .iter()
+            .find(|p| p.tensor == name && (p.write || write) && key != Some(&p.key));
         if let Some(p) = clash {
             let access = if write { "writes" } else { "reads" };
-            self.err(sink, K::AccessBeforeWait { access, tensor: name.to_owned(), work: p.work.clone() });
+            self.err(
+                sink,
+                K::AccessBeforeWait {
+                    access,
+                    tensor: name.to_owned(),
+                    work: p.work.clone(),
+                },
+            );
         }
     }
 
@@ -191,7 +239,16 @@ impl Walk<'_> {
                 let alloc_stream = stream.clone().unwrap_or_else(|| self.current.clone());
                 self.ever_allocated.insert(t.clone());
                 // Accesses pending on a previous tensor of this name ended with its free.
-                self.tensors.insert(t.clone(), Tensor { elems: *elems, alloc_stream, init: Intervals::default(), dirty: BTreeSet::new(), recorded: HashSet::new() });
+                self.tensors.insert(
+                    t.clone(),
+                    Tensor {
+                        elems: *elems,
+                        alloc_stream,
+                        init: Intervals::default(),
+                        dirty: BTreeSet::new(),
+                        recorded: HashSet::new(),
+                    },
+                );
             }
             OpKind::Upload { t, .. } | OpKind::Zero { t } => {
                 if let Some(n) = self.live(t, sink) {
@@ -199,7 +256,13 @@ impl Walk<'_> {
                     self.define(t, 0, n);
                 }
             }
-            OpKind::Copy { src, dst, src_offset, dst_offset, elems } => self.copy(src, dst, *src_offset, *dst_offset, *elems, sink),
+            OpKind::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                elems,
+            } => self.copy(src, dst, *src_offset, *dst_offset, *elems, sink),
             OpKind::Check { t } => {
                 if let Some(n) = self.live(t, sink) {
                     self.require_init(t, 0, n, sink);
@@ -215,7 +278,13 @@ impl Walk<'_> {
                     && let Some(tensor) = self.tensors.remove(t)
                 {
                     if let Some(stream) = tensor.dirty.first() {
-                        self.err(sink, K::MissingRecordStream { tensor: t.clone(), stream: stream.clone() });
+                        self.err(
+                            sink,
+                            K::MissingRecordStream {
+                                tensor: t.clone(),
+                                stream: stream.clone(),
+                            },
+                        );
                     }
                     self.pending.retain(|p| &p.tensor != t);
                 }
@@ -254,13 +323,30 @@ impl Walk<'_> {
         }
     }
 
-    fn copy(&mut self, src: &str, dst: &str, src_offset: Option<u64>, dst_offset: Option<u64>, elems: Option<u64>, sink: &mut Sink) {
-        let (Some(src_len), Some(dst_len)) = (self.live(src, sink), self.live(dst, sink)) else { return };
+    fn copy(
+        &mut self,
+        src: &str,
+        dst: &str,
+        src_offset: Option<u64>,
+        dst_offset: Option<u64>,
+        elems: Option<u64>,
+        sink: &mut Sink,
+    ) {
+        let (Some(src_len), Some(dst_len)) = (self.live(src, sink), self.live(dst, sink)) else {
+            return;
+        };
         let (so, dof) = (src_offset.unwrap_or(0), dst_offset.unwrap_or(0));
         let mismatch = |detail: String| K::SizeMismatch { op: "copy", detail };
         let n = if let Some(n) = elems {
-            if so.checked_add(n).is_none_or(|e| e > src_len) || dof.checked_add(n).is_none_or(|e| e > dst_len) {
-                self.err(sink, mismatch(format!("{n} elements from {so} of {src_len} to {dof} of {dst_len}")));
+            if so.checked_add(n).is_none_or(|e| e > src_len)
+                || dof.checked_add(n).is_none_or(|e| e > dst_len)
+            {
+                self.err(
+                    sink,
+                    mismatch(format!(
+                        "{n} elements from {so} of {src_len} to {dof} of {dst_len}"
+                    )),
+                );
                 return;
             }
             n
@@ -268,7 +354,10 @@ impl Walk<'_> {
             self.err(sink, mismatch("offsets need elems".to_owned()));
             return;
         } else if src_len != dst_len {
-            self.err(sink, mismatch(format!("whole copy of {src_len} elements into {dst_len}")));
+            self.err(
+                sink,
+                mismatch(format!("whole copy of {src_len} elements into {dst_len}")),
+            );
             return;
         } else {
             src_len
@@ -283,7 +372,17 @@ impl Walk<'_> {
     fn comm_accesses(&self, kind: &OpKind, sink: &mut Sink) -> Option<Vec<Access>> {
         let me = self.rank;
         if let OpKind::Send { t, peer, .. } | OpKind::Recv { t, peer, .. } = kind {
-            let member = if matches!(kind, OpKind::Send { .. }) { BatchMember::Send { t: t.clone(), peer: *peer } } else { BatchMember::Recv { t: t.clone(), peer: *peer } };
+            let member = if matches!(kind, OpKind::Send { .. }) {
+                BatchMember::Send {
+                    t: t.clone(),
+                    peer: *peer,
+                }
+            } else {
+                BatchMember::Recv {
+                    t: t.clone(),
+                    peer: *peer,
+                }
+            };
             return self.p2p_access(&member, sink).map(|a| vec![a]);
         }
         if let OpKind::Batch { ops, .. } = kind {
@@ -296,7 +395,11 @@ impl Walk<'_> {
         };
         let key = CommKey::Group(group.to_owned(), loc.index);
         let gs = loc.members.len() as u64;
-        let access = |tensor: &str, write| Access { tensor: tensor.to_owned(), write, key: key.clone() };
+        let access = |tensor: &str, write| Access {
+            tensor: tensor.to_owned(),
+            write,
+            key: key.clone(),
+        };
         let accesses = match kind {
             OpKind::AllReduce { t, .. } => {
                 self.live(t, sink)?;
@@ -306,18 +409,40 @@ impl Walk<'_> {
                 self.live(t, sink)?;
                 let root = root.unwrap_or(0);
                 if root >= loc.members.len() {
-                    self.err(sink, K::RootOutsideGroup { root, size: loc.members.len() });
+                    self.err(
+                        sink,
+                        K::RootOutsideGroup {
+                            root,
+                            size: loc.members.len(),
+                        },
+                    );
                     return None;
                 }
                 vec![access(t, root != loc.group_rank)]
             }
-            OpKind::AllGather { input, out, .. } | OpKind::ReduceScatter { input, out, .. } | OpKind::AllToAll { input, out, .. } => {
+            OpKind::AllGather { input, out, .. }
+            | OpKind::ReduceScatter { input, out, .. }
+            | OpKind::AllToAll { input, out, .. } => {
                 let (i, o) = (self.live(input, sink), self.live(out, sink));
                 let (i, o) = (i?, o?);
                 let (op, ok, detail) = match kind {
-                    OpKind::AllGather { .. } => ("all_gather", i.checked_mul(gs) == Some(o), format!("out has {o} elements, in {i} x group size {gs}")),
-                    OpKind::ReduceScatter { .. } => ("reduce_scatter", o.checked_mul(gs) == Some(i), format!("in has {i} elements, out {o} x group size {gs}")),
-                    _ => ("all_to_all", i == o && i % gs == 0, format!("in {i} and out {o} elements must be equal and divisible by group size {gs}")),
+                    OpKind::AllGather { .. } => (
+                        "all_gather",
+                        i.checked_mul(gs) == Some(o),
+                        format!("out has {o} elements, in {i} x group size {gs}"),
+                    ),
+                    OpKind::ReduceScatter { .. } => (
+                        "reduce_scatter",
+                        o.checked_mul(gs) == Some(i),
+                        format!("in has {i} elements, out {o} x group size {gs}"),
+                    ),
+                    _ => (
+                        "all_to_all",
+                        i == o && i % gs == 0,
+                        format!(
+                            "in {i} and out {o} elements must be equal and divisible by group size {gs}"
+                        ),
+                    ),
                 };
                 if !ok {
                     self.err(sink, K::SizeMismatch { op, detail });
@@ -333,11 +458,17 @@ impl Walk<'_> {
     fn p2p_access(&self, m: &BatchMember, sink: &mut Sink) -> Option<Access> {
         self.live(m.tensor(), sink)?;
         let (a, b) = (self.rank.min(m.peer()), self.rank.max(m.peer()));
-        Some(Access { tensor: m.tensor().to_owned(), write: !m.is_send(), key: CommKey::Pair(a, b) })
+        Some(Access {
+            tensor: m.tensor().to_owned(),
+            write: !m.is_send(),
+            key: CommKey::Pair(a, b),
+        })
     }
 
     fn comm(&mut self, kind: &OpKind, sink: &mut Sink) {
-        let Some(accesses) = self.comm_accesses(kind, sink) else { return };
+        let Some(accesses) = self.comm_accesses(kind, sink) else {
+            return;
+        };
         for a in &accesses {
             let n = self.tensors.get(&a.tensor).map_or(0, |t| t.elems);
             if !a.write {
@@ -354,7 +485,12 @@ impl Walk<'_> {
                 self.err(sink, K::WorkReused(work.to_owned()));
             }
             self.works.insert(work.to_owned(), true);
-            self.pending.extend(accesses.into_iter().map(|a| Pending { tensor: a.tensor, write: a.write, key: a.key, work: work.to_owned() }));
+            self.pending.extend(accesses.into_iter().map(|a| Pending {
+                tensor: a.tensor,
+                write: a.write,
+                key: a.key,
+                work: work.to_owned(),
+            }));
         }
     }
 }

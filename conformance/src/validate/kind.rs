@@ -144,7 +144,9 @@ pub enum ValidationErrorKind {
         detail: String,
     },
     /// A collective that some member of its communicator never issues in this segment.
-    #[error("collective #{index} on {communicator} is not issued by every member in this phase and iteration")]
+    #[error(
+        "collective #{index} on {communicator} is not issued by every member in this phase and iteration"
+    )]
     UnmatchedCollective {
         /// `group[list index]`.
         communicator: String,
@@ -178,7 +180,9 @@ pub enum ValidationErrorKind {
         iter: u32,
     },
     /// A value (or a sum's absolute total) beyond 2^24.
-    #[error("{tensor:?} leaves the exactness bound: |value| up to {magnitude} > 2^24 (iteration {iter})")]
+    #[error(
+        "{tensor:?} leaves the exactness bound: |value| up to {magnitude} > 2^24 (iteration {iter})"
+    )]
     ExactnessExceeded {
         /// The tensor written.
         tensor: String,
@@ -198,7 +202,9 @@ pub enum ValidationErrorKind {
         work: String,
     },
     /// A tensor used on a foreign stream freed without `record_stream` or a host wait.
-    #[error("tensor {tensor:?} used on stream {stream:?} (not its allocation stream) is freed without record_stream or a host wait")]
+    #[error(
+        "tensor {tensor:?} used on stream {stream:?} (not its allocation stream) is freed without record_stream or a host wait"
+    )]
     MissingRecordStream {
         /// The tensor.
         tensor: String,

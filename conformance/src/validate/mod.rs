@@ -69,19 +69,41 @@ pub(crate) struct Sink {
 
 impl Sink {
     pub(crate) fn new(file: &str) -> Self {
-        Self { file: file.to_owned(), errors: Vec::new(), seen: HashSet::new() }
+        Self {
+            file: file.to_owned(),
+            errors: Vec::new(),
+            seen: HashSet::new(),
+        }
     }
 
-    pub(crate) fn push(&mut self, phase: Option<Phase>, op_index: Option<usize>, rank: Option<usize>, kind: ValidationErrorKind) {
+    pub(crate) fn push(
+        &mut self,
+        phase: Option<Phase>,
+        op_index: Option<usize>,
+        rank: Option<usize>,
+        kind: ValidationErrorKind,
+    ) {
         if self.is_full() {
             return;
         }
-        let error = ValidationError { file: self.file.clone(), phase, op_index, rank, kind };
+        let error = ValidationError {
+            file: self.file.clone(),
+            phase,
+            op_index,
+            rank,
+            kind,
+        };
         if self.seen.insert(error.clone()) {
             self.errors.push(error);
             if self.errors.len() == MAX_ERRORS {
                 let kind = ValidationErrorKind::TooManyErrors(MAX_ERRORS);
-                self.errors.push(ValidationError { file: self.file.clone(), phase: None, op_index: None, rank: None, kind });
+                self.errors.push(ValidationError {
+                    file: self.file.clone(),
+                    phase: None,
+                    op_index: None,
+                    rank: None,
+                    kind,
+                });
             }
         }
     }
@@ -122,7 +144,10 @@ pub fn validate(file: &str, schedule: &Schedule) -> Result<ValidSchedule, Vec<Va
         return Err(sink.into_errors());
     }
     match crate::reference::run(schedule, &mut sink) {
-        Some(reference) if sink.is_empty() => Ok(ValidSchedule { schedule: schedule.clone(), reference }),
+        Some(reference) if sink.is_empty() => Ok(ValidSchedule {
+            schedule: schedule.clone(),
+            reference,
+        }),
         _ => Err(sink.into_errors()),
     }
 }

@@ -19,7 +19,11 @@ pub(crate) struct CollDesc {
 impl std::fmt::Display for CollDesc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.op)?;
-        let sizes: Vec<String> = self.sizes.iter().map(|s| s.map_or("?".to_owned(), |s| s.to_string())).collect();
+        let sizes: Vec<String> = self
+            .sizes
+            .iter()
+            .map(|s| s.map_or("?".to_owned(), |s| s.to_string()))
+            .collect();
         write!(f, "({})", sizes.join(", "))?;
         if let Some(r) = self.reduce {
             write!(f, " reduce={r}")?;
@@ -46,7 +50,12 @@ pub(crate) struct P2pMember {
 #[derive(Debug, Clone)]
 pub(crate) enum EventKind {
     /// A collective on communicator `(group, index)`; `instance` once matched.
-    Collective { group: String, index: usize, desc: CollDesc, instance: Option<usize> },
+    Collective {
+        group: String,
+        index: usize,
+        desc: CollDesc,
+        instance: Option<usize>,
+    },
     /// `send`, `recv` or `batch`.
     P2p(Vec<P2pMember>),
 }
@@ -78,13 +87,28 @@ pub(crate) struct CommPlan {
 fn desc(kind: &OpKind, sizes: &HashMap<String, u64>) -> CollDesc {
     let size = |t: &str| sizes.get(t).copied();
     let (sizes, reduce, root) = match kind {
-        OpKind::AllReduce { t, reduce, .. } => (vec![size(t)], Some(reduce.unwrap_or_default()), None),
-        OpKind::ReduceScatter { input, out, reduce, .. } => (vec![size(input), size(out)], Some(reduce.unwrap_or_default()), None),
-        OpKind::AllGather { input, out, .. } | OpKind::AllToAll { input, out, .. } => (vec![size(input), size(out)], None, None),
+        OpKind::AllReduce { t, reduce, .. } => {
+            (vec![size(t)], Some(reduce.unwrap_or_default()), None)
+        }
+        OpKind::ReduceScatter {
+            input, out, reduce, ..
+        } => (
+            vec![size(input), size(out)],
+            Some(reduce.unwrap_or_default()),
+            None,
+        ),
+        OpKind::AllGather { input, out, .. } | OpKind::AllToAll { input, out, .. } => {
+            (vec![size(input), size(out)], None, None)
+        }
         OpKind::Broadcast { t, root, .. } => (vec![size(t)], None, Some(root.unwrap_or(0))),
         _ => (Vec::new(), None, None),
     };
-    CollDesc { op: kind.name(), sizes, reduce, root }
+    CollDesc {
+        op: kind.name(),
+        sizes,
+        reduce,
+        root,
+    }
 }
 
 fn rank_events(s: &Schedule, topo: &Topology, rank: usize) -> Vec<Event> {
@@ -107,17 +131,44 @@ fn rank_events(s: &Schedule, topo: &Topology, rank: usize) -> Vec<Event> {
                 sizes.remove(t);
                 continue;
             }
-            OpKind::Send { t, peer, .. } => EventKind::P2p(vec![member(&BatchMember::Send { t: t.clone(), peer: *peer }, &sizes)]),
-            OpKind::Recv { t, peer, .. } => EventKind::P2p(vec![member(&BatchMember::Recv { t: t.clone(), peer: *peer }, &sizes)]),
-            OpKind::Batch { ops, .. } => EventKind::P2p(ops.iter().map(|m| member(m, &sizes)).collect()),
+            OpKind::Send { t, peer, .. } => EventKind::P2p(vec![member(
+                &BatchMember::Send {
+                    t: t.clone(),
+                    peer: *peer,
+                },
+                &sizes,
+            )]),
+            OpKind::Recv { t, peer, .. } => EventKind::P2p(vec![member(
+                &BatchMember::Recv {
+                    t: t.clone(),
+                    peer: *peer,
+                },
+                &sizes,
+            )]),
+            OpKind::Batch { ops, .. } => {
+                EventKind::P2p(ops.iter().map(|m| member(m, &sizes)).collect())
+            }
             kind => {
                 let Some(group) = kind.group() else { continue };
                 // Not being in the group is reported by the dataflow stage.
-                let Some(loc) = topo.locate(group, rank) else { continue };
-                EventKind::Collective { group: group.to_owned(), index: loc.index, desc: desc(kind, &sizes), instance: None }
+                let Some(loc) = topo.locate(group, rank) else {
+                    continue;
+                };
+                EventKind::Collective {
+                    group: group.to_owned(),
+                    index: loc.index,
+                    desc: desc(kind, &sizes),
+                    instance: None,
+                }
             }
         };
-        events.push(Event { step: pos, phase: step.phase, iter: step.iter, op_index: step.op_index, kind });
+        events.push(Event {
+            step: pos,
+            phase: step.phase,
+            iter: step.iter,
+            op_index: step.op_index,
+            kind,
+        });
     }
     events
 }
@@ -128,7 +179,12 @@ impl CommPlan {
     /// Builds and matches the plan, reporting unmatched and mismatched communication.
     pub(crate) fn build(s: &Schedule, sink: &mut Sink) -> Self {
         let topo = Topology::new(s);
-        let mut plan = CommPlan { events: (0..s.world_size).map(|r| rank_events(s, &topo, r)).collect(), instances: Vec::new() };
+        let mut plan = CommPlan {
+            events: (0..s.world_size)
+                .map(|r| rank_events(s, &topo, r))
+                .collect(),
+            instances: Vec::new(),
+        };
         plan.match_collectives(&topo, sink);
         plan.match_p2p(sink);
         plan
@@ -146,42 +202,80 @@ impl CommPlan {
         for (rank, events) in self.events.iter().enumerate() {
             for (ei, e) in events.iter().enumerate() {
                 if let EventKind::Collective { group, index, .. } = &e.kind {
-                    by_comm.entry(((e.phase, e.iter), group.clone(), *index)).or_default().entry(rank).or_default().push(ei);
+                    by_comm
+                        .entry(((e.phase, e.iter), group.clone(), *index))
+                        .or_default()
+                        .entry(rank)
+                        .or_default()
+                        .push(ei);
                 }
             }
         }
         for ((_, group, index), issued) in by_comm {
-            let Some(&first_rank) = issued.keys().next() else { continue };
-            let members: Vec<usize> = topo.locate(&group, first_rank).map(|l| l.members.to_vec()).unwrap_or_default();
+            let Some(&first_rank) = issued.keys().next() else {
+                continue;
+            };
+            let members: Vec<usize> = topo
+                .locate(&group, first_rank)
+                .map(|l| l.members.to_vec())
+                .unwrap_or_default();
             let communicator = format!("{group}[{index}]");
             let longest = issued.values().map(Vec::len).max().unwrap_or(0);
             for k in 0..longest {
-                let at: Vec<Option<usize>> = members.iter().map(|m| issued.get(m).and_then(|v| v.get(k)).copied()).collect();
+                let at: Vec<Option<usize>> = members
+                    .iter()
+                    .map(|m| issued.get(m).and_then(|v| v.get(k)).copied())
+                    .collect();
                 if at.iter().any(Option::is_none) {
                     for (m, e) in members.iter().zip(&at) {
                         if let Some(e) = e {
-                            self.report(sink, *m, *e, K::UnmatchedCollective { communicator: communicator.clone(), index: k });
+                            self.report(
+                                sink,
+                                *m,
+                                *e,
+                                K::UnmatchedCollective {
+                                    communicator: communicator.clone(),
+                                    index: k,
+                                },
+                            );
                         }
                     }
                     continue;
                 }
-                let pairs: Vec<(usize, usize)> = members.iter().copied().zip(at.into_iter().flatten()).collect();
-                let descs: Vec<CollDesc> = pairs.iter().filter_map(|&(r, e)| match &self.events[r][e].kind {
-                    EventKind::Collective { desc, .. } => Some(desc.clone()),
-                    EventKind::P2p(_) => None,
-                }).collect();
+                let pairs: Vec<(usize, usize)> = members
+                    .iter()
+                    .copied()
+                    .zip(at.into_iter().flatten())
+                    .collect();
+                let descs: Vec<CollDesc> = pairs
+                    .iter()
+                    .filter_map(|&(r, e)| match &self.events[r][e].kind {
+                        EventKind::Collective { desc, .. } => Some(desc.clone()),
+                        EventKind::P2p(_) => None,
+                    })
+                    .collect();
                 let mut consistent = true;
                 for (&(r, e), d) in pairs.iter().zip(&descs).skip(1) {
                     if *d != descs[0] {
                         consistent = false;
                         let detail = format!("{d} here, {} at group rank 0", descs[0]);
-                        self.report(sink, r, e, K::CollectiveMismatch { communicator: communicator.clone(), index: k, detail });
+                        self.report(
+                            sink,
+                            r,
+                            e,
+                            K::CollectiveMismatch {
+                                communicator: communicator.clone(),
+                                index: k,
+                                detail,
+                            },
+                        );
                     }
                 }
                 if consistent {
                     let id = self.instances.len();
                     for &(r, e) in &pairs {
-                        if let EventKind::Collective { instance, .. } = &mut self.events[r][e].kind {
+                        if let EventKind::Collective { instance, .. } = &mut self.events[r][e].kind
+                        {
                             *instance = Some(id);
                         }
                     }
@@ -197,13 +291,23 @@ impl CommPlan {
         let mut pairs: BTreeMap<(Segment, usize, usize), (Side, Side)> = BTreeMap::new();
         for (rank, events) in self.events.iter().enumerate() {
             for (ei, e) in events.iter().enumerate() {
-                let EventKind::P2p(members) = &e.kind else { continue };
+                let EventKind::P2p(members) = &e.kind else {
+                    continue;
+                };
                 for (mi, m) in members.iter().enumerate() {
                     let seg = (e.phase, e.iter);
                     if m.send {
-                        pairs.entry((seg, rank, m.peer)).or_default().0.push((rank, ei, mi));
+                        pairs
+                            .entry((seg, rank, m.peer))
+                            .or_default()
+                            .0
+                            .push((rank, ei, mi));
                     } else {
-                        pairs.entry((seg, m.peer, rank)).or_default().1.push((rank, ei, mi));
+                        pairs
+                            .entry((seg, m.peer, rank))
+                            .or_default()
+                            .1
+                            .push((rank, ei, mi));
                     }
                 }
             }
@@ -213,7 +317,9 @@ impl CommPlan {
                 match (sends.get(k), recvs.get(k)) {
                     (Some(&s), Some(&r)) => self.link(s, r, sink),
                     (Some(&(rank, e, m)), None) | (None, Some(&(rank, e, m))) => {
-                        let (dir, peer) = self.member(rank, e, m).map_or(("send", 0), |x| (if x.send { "send" } else { "recv" }, x.peer));
+                        let (dir, peer) = self.member(rank, e, m).map_or(("send", 0), |x| {
+                            (if x.send { "send" } else { "recv" }, x.peer)
+                        });
                         self.report(sink, rank, e, K::UnmatchedP2p { dir, peer });
                     }
                     (None, None) => {}
@@ -230,10 +336,33 @@ impl CommPlan {
     }
 
     fn link(&mut self, s: (usize, usize, usize), r: (usize, usize, usize), sink: &mut Sink) {
-        let (Some(se), Some(re)) = (self.member(s.0, s.1, s.2).and_then(|m| m.elems), self.member(r.0, r.1, r.2).and_then(|m| m.elems)) else { return };
+        let (Some(se), Some(re)) = (
+            self.member(s.0, s.1, s.2).and_then(|m| m.elems),
+            self.member(r.0, r.1, r.2).and_then(|m| m.elems),
+        ) else {
+            return;
+        };
         if se != re {
-            self.report(sink, s.0, s.1, K::P2pSizeMismatch { peer: r.0, elems: se, peer_elems: re });
-            self.report(sink, r.0, r.1, K::P2pSizeMismatch { peer: s.0, elems: re, peer_elems: se });
+            self.report(
+                sink,
+                s.0,
+                s.1,
+                K::P2pSizeMismatch {
+                    peer: r.0,
+                    elems: se,
+                    peer_elems: re,
+                },
+            );
+            self.report(
+                sink,
+                r.0,
+                r.1,
+                K::P2pSizeMismatch {
+                    peer: s.0,
+                    elems: re,
+                    peer_elems: se,
+                },
+            );
             return;
         }
         for (me, other) in [(s, r), (r, s)] {

@@ -5,12 +5,18 @@ use std::collections::HashSet;
 
 use super::{Sink, ValidationErrorKind as K};
 use crate::schedule::{
-    BatchMember, COMPUTE, MAX_ELEMS, MAX_ITERATIONS, MAX_WORLD_SIZE, OpKind, Phase, Schedule, WORLD,
+    BatchMember, COMPUTE, MAX_ELEMS, MAX_HOST_BYTES, MAX_ITERATIONS, MAX_STEPS, MAX_WORLD_SIZE,
+    OpKind, Phase, Schedule, WORLD,
 };
 
 pub(super) fn check(s: &Schedule, sink: &mut Sink) {
     check_header(s, sink);
-    let streams: HashSet<&str> = s.streams.iter().map(String::as_str).chain([COMPUTE]).collect();
+    let streams: HashSet<&str> = s
+        .streams
+        .iter()
+        .map(String::as_str)
+        .chain([COMPUTE])
+        .collect();
     for phase in Phase::ALL {
         for (i, op) in s.phase_ops(phase).iter().enumerate() {
             let mut err = |rank, kind| sink.push(Some(phase), Some(i), rank, kind);
@@ -37,10 +43,38 @@ fn check_header(s: &Schedule, sink: &mut Sink) {
         err(K::EmptyWorld);
     }
     if s.world_size > MAX_WORLD_SIZE {
-        err(K::LimitExceeded { what: "world_size", value: s.world_size as u64, limit: MAX_WORLD_SIZE as u64 });
+        err(K::LimitExceeded {
+            what: "world_size",
+            value: s.world_size as u64,
+            limit: MAX_WORLD_SIZE as u64,
+        });
     }
     if s.iterations > MAX_ITERATIONS {
-        err(K::LimitExceeded { what: "iterations", value: u64::from(s.iterations), limit: u64::from(MAX_ITERATIONS) });
+        err(K::LimitExceeded {
+            what: "iterations",
+            value: u64::from(s.iterations),
+            limit: u64::from(MAX_ITERATIONS),
+        });
+    }
+    let per_rank = (s.setup.len() as u64 + s.teardown.len() as u64)
+        .saturating_add(u64::from(s.iterations).saturating_mul(s.body.len() as u64));
+    let steps = per_rank.saturating_mul(s.world_size as u64);
+    if steps > MAX_STEPS {
+        err(K::LimitExceeded {
+            what: "ops executed over all ranks and iterations",
+            value: steps,
+            limit: MAX_STEPS,
+        });
+    }
+    if s.world_size <= MAX_WORLD_SIZE {
+        let host = crate::reference::live_peak_bytes(s).saturating_mul(s.world_size as u64);
+        if host > MAX_HOST_BYTES {
+            err(K::LimitExceeded {
+                what: "live_peak_bytes x world_size",
+                value: host,
+                limit: MAX_HOST_BYTES,
+            });
+        }
     }
     for (name, lists) in &s.groups {
         if name == WORLD {
@@ -48,14 +82,22 @@ fn check_header(s: &Schedule, sink: &mut Sink) {
             continue;
         }
         if lists.is_empty() || lists.iter().any(Vec::is_empty) {
-            err(K::EmptyGroupList { group: name.clone() });
+            err(K::EmptyGroupList {
+                group: name.clone(),
+            });
         }
         let mut seen = HashSet::new();
         for &rank in lists.iter().flatten() {
             if rank >= s.world_size {
-                err(K::GroupRankOutsideWorld { group: name.clone(), rank });
+                err(K::GroupRankOutsideWorld {
+                    group: name.clone(),
+                    rank,
+                });
             } else if !seen.insert(rank) {
-                err(K::OverlappingGroupLists { group: name.clone(), rank });
+                err(K::OverlappingGroupLists {
+                    group: name.clone(),
+                    rank,
+                });
             }
         }
     }
@@ -102,23 +144,44 @@ fn check_op(
         }
     };
     match op {
-        OpKind::Alloc { elems, stream: st, .. } => {
+        OpKind::Alloc {
+            elems, stream: st, ..
+        } => {
             if *elems > MAX_ELEMS {
-                err(None, K::LimitExceeded { what: "elems", value: *elems, limit: MAX_ELEMS });
+                err(
+                    None,
+                    K::LimitExceeded {
+                        what: "elems",
+                        value: *elems,
+                        limit: MAX_ELEMS,
+                    },
+                );
             }
             stream(st, err);
         }
         OpKind::Delay { stream: st, .. } => stream(st, err),
-        OpKind::SetStream { stream: st } | OpKind::RecordStream { stream: st, .. } => stream(&Some(st.clone()), err),
+        OpKind::SetStream { stream: st } | OpKind::RecordStream { stream: st, .. } => {
+            stream(&Some(st.clone()), err);
+        }
         OpKind::WaitStream { stream: st, on } => {
             stream(&Some(st.clone()), err);
             stream(&Some(on.clone()), err);
         }
-        OpKind::Copy { src, dst, src_offset, dst_offset, elems } => {
+        OpKind::Copy {
+            src,
+            dst,
+            src_offset,
+            dst_offset,
+            elems,
+        } => {
             if src == dst {
                 err(None, K::CopyToSelf(src.clone()));
             }
-            for (field, value) in [("src_offset", src_offset), ("dst_offset", dst_offset), ("elems", elems)] {
+            for (field, value) in [
+                ("src_offset", src_offset),
+                ("dst_offset", dst_offset),
+                ("elems", elems),
+            ] {
                 if let Some(v) = value
                     && v % 16 != 0
                 {
@@ -138,7 +201,10 @@ fn check_op(
             // result: the members run concurrently.
             for (i, m) in ops.iter().enumerate() {
                 if let BatchMember::Recv { t, .. } = m
-                    && ops.iter().enumerate().any(|(j, o)| j != i && o.tensor() == t)
+                    && ops
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.tensor() == t)
                 {
                     err(None, K::BatchTensorConflict(t.clone()));
                 }

@@ -113,7 +113,10 @@ pub(crate) struct Slab<B: Backend> {
 
 impl<B: Backend> Slab<B> {
     pub fn new() -> Self {
-        Slab { slots: Vec::new(), vacant: Vec::new() }
+        Slab {
+            slots: Vec::new(),
+            vacant: Vec::new(),
+        }
     }
 
     /// Puts a new free block in a vacant slot (or a new one) and returns its slot.

@@ -20,7 +20,9 @@ pub(crate) struct Registry<F: ?Sized> {
 
 impl<F: ?Sized> Registry<F> {
     pub fn new() -> Self {
-        Registry { entries: Mutex::new(Vec::new()) }
+        Registry {
+            entries: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn add(&self, f: Arc<F>) -> CallbackId {
@@ -40,6 +42,10 @@ impl<F: ?Sized> Registry<F> {
 
     /// A copy of the callbacks, to call after the registry lock is released.
     pub fn snapshot(&self) -> Vec<Arc<F>> {
-        self.entries.lock().iter().map(|(_, f)| Arc::clone(f)).collect()
+        self.entries
+            .lock()
+            .iter()
+            .map(|(_, f)| Arc::clone(f))
+            .collect()
     }
 }

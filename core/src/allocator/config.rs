@@ -67,7 +67,9 @@ pub enum ConfigError {
         key: String,
     },
     /// A piece without `:` between key and value.
-    #[error("{ALLOC_CONF_ENV}: `{key}` has no value: write `{key}:VALUE` (valid keys: {VALID_KEYS})")]
+    #[error(
+        "{ALLOC_CONF_ENV}: `{key}` has no value: write `{key}:VALUE` (valid keys: {VALID_KEYS})"
+    )]
     MissingColon {
         /// The piece as written (taken as the key).
         key: String,
@@ -158,7 +160,12 @@ fn parse_u64(key: &str, value: &str, expected: &'static str) -> Result<u64, Conf
     })
 }
 
-fn parse_fraction(key: &str, value: &str, valid: &'static str, upper_inclusive: bool) -> Result<f64, ConfigError> {
+fn parse_fraction(
+    key: &str,
+    value: &str,
+    valid: &'static str,
+    upper_inclusive: bool,
+) -> Result<f64, ConfigError> {
     let f = value.parse::<f64>().map_err(|_| ConfigError::BadNumber {
         key: key.to_owned(),
         value: value.to_owned(),
@@ -169,7 +176,11 @@ fn parse_fraction(key: &str, value: &str, valid: &'static str, upper_inclusive: 
     if ok {
         Ok(f)
     } else {
-        Err(ConfigError::OutOfRange { key: key.to_owned(), value: value.to_owned(), valid })
+        Err(ConfigError::OutOfRange {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            valid,
+        })
     }
 }
 
@@ -180,13 +191,18 @@ fn parse_divisions(key: &str, value: &str) -> Result<u64, ConfigError> {
     if d.is_power_of_two() && d <= 64 {
         Ok(d)
     } else {
-        Err(ConfigError::OutOfRange { key: key.to_owned(), value: value.to_owned(), valid: DIVISIONS_EXPECTED })
+        Err(ConfigError::OutOfRange {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            valid: DIVISIONS_EXPECTED,
+        })
     }
 }
 
 /// Parses `roundup_power2_divisions`: one number for every interval, or a list
 /// `[SIZE_MB:DIV,...,>:DIV]` as PyTorch does (an entry fills the intervals before it when it
-/// is the first; `>` fills every interval after the last one named).
+/// is the first; `>` fills every interval after the last one named; intervals between two named
+/// ones keep 0, plain rounding).
 fn parse_roundup(key: &str, value: &str) -> Result<[u64; ROUNDUP_INTERVALS], ConfigError> {
     let mut out = [0u64; ROUNDUP_INTERVALS];
     let Some(inner) = value.strip_prefix('[') else {
@@ -254,38 +270,58 @@ impl AllocatorConfig {
         for piece in split_pieces(s) {
             let piece = piece.trim();
             if piece.is_empty() {
-                return Err(ConfigError::EmptyPiece { after: seen.last().map(|k| (*k).to_owned()) });
+                return Err(ConfigError::EmptyPiece {
+                    after: seen.last().map(|k| (*k).to_owned()),
+                });
             }
             let Some((key, value)) = piece.split_once(':') else {
-                return Err(ConfigError::MissingColon { key: piece.to_owned() });
+                return Err(ConfigError::MissingColon {
+                    key: piece.to_owned(),
+                });
             };
             let (key, value) = (key.trim(), value.trim());
             match key {
                 "max_split_size_mb" => {
                     let mb = parse_u64(key, value, "a whole number of MiB")?;
-                    cfg.max_split_size = mb
-                        .checked_mul(1 << 20)
-                        .filter(|_| mb >= 20)
-                        .ok_or_else(|| ConfigError::OutOfRange {
-                            key: key.to_owned(),
-                            value: value.to_owned(),
-                            valid: "at least 20 (MiB) and representable in bytes",
-                        })?;
+                    cfg.max_split_size =
+                        mb.checked_mul(1 << 20)
+                            .filter(|_| mb >= 20)
+                            .ok_or_else(|| ConfigError::OutOfRange {
+                                key: key.to_owned(),
+                                value: value.to_owned(),
+                                valid: "at least 20 (MiB) and representable in bytes",
+                            })?;
                 }
                 "garbage_collection_threshold" => {
-                    cfg.garbage_collection_threshold =
-                        Some(parse_fraction(key, value, "between 0 and 1, exclusive", false)?);
+                    cfg.garbage_collection_threshold = Some(parse_fraction(
+                        key,
+                        value,
+                        "between 0 and 1, exclusive",
+                        false,
+                    )?);
                 }
-                "roundup_power2_divisions" => cfg.roundup_power2_divisions = parse_roundup(key, value)?,
+                "roundup_power2_divisions" => {
+                    cfg.roundup_power2_divisions = parse_roundup(key, value)?;
+                }
                 "per_process_memory_fraction" => {
-                    cfg.per_process_memory_fraction =
-                        Some(parse_fraction(key, value, "greater than 0 and at most 1", true)?);
+                    cfg.per_process_memory_fraction = Some(parse_fraction(
+                        key,
+                        value,
+                        "greater than 0 and at most 1",
+                        true,
+                    )?);
                 }
                 "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
-                _ => return Err(ConfigError::UnknownKey { key: key.to_owned() }),
+                _ => {
+                    return Err(ConfigError::UnknownKey {
+                        key: key.to_owned(),
+                    });
+                }
             }
             if seen.contains(&key) {
-                return Err(ConfigError::DuplicateKey { key: key.to_owned() });
+                return Err(ConfigError::DuplicateKey {
+                    key: key.to_owned(),
+                });
             }
             seen.push(key);
         }

@@ -80,7 +80,11 @@ impl fmt::Display for OutOfMemory {
             free = FormatSize(self.device_free),
         )?;
         if let Some(limit) = self.limit {
-            write!(f, " This process is limited to {} (per_process_memory_fraction).", FormatSize(limit))?;
+            write!(
+                f,
+                " This process is limited to {} (per_process_memory_fraction).",
+                FormatSize(limit)
+            )?;
         }
         write!(
             f,

@@ -35,14 +35,33 @@ impl BlockPool {
     /// The smallest free block of `stream` with at least `size` bytes (lowest address among
     /// equals).
     pub fn lower_bound(&self, stream: StreamId, size: u64) -> Option<PoolKey> {
-        let from = PoolKey { stream, size, addr: 0, slot: 0 };
-        self.set.range(from..).next().copied().filter(|k| k.stream == stream)
+        let from = PoolKey {
+            stream,
+            size,
+            addr: 0,
+            slot: 0,
+        };
+        self.set
+            .range(from..)
+            .next()
+            .copied()
+            .filter(|k| k.stream == stream)
     }
 
     /// Free blocks of `stream` smaller than `size`, largest first.
     pub fn below(&self, stream: StreamId, size: u64) -> impl Iterator<Item = PoolKey> + '_ {
-        let lo = PoolKey { stream, size: 0, addr: 0, slot: 0 };
-        let hi = PoolKey { stream, size, addr: 0, slot: 0 };
+        let lo = PoolKey {
+            stream,
+            size: 0,
+            addr: 0,
+            slot: 0,
+        };
+        let hi = PoolKey {
+            stream,
+            size,
+            addr: 0,
+            slot: 0,
+        };
         self.set.range(lo..hi).rev().copied()
     }
 

@@ -67,11 +67,11 @@ impl<B: Backend> State<B> {
             return Ok(false);
         }
         let key_size = req.size.max(max_split);
-        if let Some(k) = self.pool(req.pool).lower_bound(req.stream_id, key_size) {
-            if self.slab.get(k.slot).is_whole_segment() {
-                self.release_segment(k.slot)?;
-                return Ok(true);
-            }
+        if let Some(k) = self.pool(req.pool).lower_bound(req.stream_id, key_size)
+            && self.slab.get(k.slot).is_whole_segment()
+        {
+            self.release_segment(k.slot)?;
+            return Ok(true);
         }
         let victims: Vec<PoolKey> = self
             .pool(req.pool)
@@ -129,7 +129,13 @@ impl<B: Backend> State<B> {
             .large
             .iter()
             .filter(|k| self.slab.get(k.slot).is_whole_segment())
-            .map(|k| (k.slot, self.malloc_count - self.slab.get(k.slot).gc_base, k.size))
+            .map(|k| {
+                (
+                    k.slot,
+                    self.malloc_count - self.slab.get(k.slot).gc_base,
+                    k.size,
+                )
+            })
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.1).sum();
         let mut reclaimed = 0u64;
@@ -160,7 +166,13 @@ impl<B: Backend> State<B> {
         let mem = self.backend.memory_info().unwrap_or_default();
         let limit = self.limit().ok().flatten();
         self.stats.num_ooms += 1;
-        self.trace.push(TraceAction::Oom, 0, req.requested, req.stream_id, Some(mem.free));
+        self.trace.push(
+            TraceAction::Oom,
+            0,
+            req.requested,
+            req.stream_id,
+            Some(mem.free),
+        );
         let allocated = self.stats.allocated_bytes.aggregate.current;
         let reserved = self.stats.reserved_bytes.aggregate.current;
         let device = self.backend.device_index();

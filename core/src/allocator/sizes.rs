@@ -55,8 +55,8 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
         return size;
     }
-    let floor = 1u64 << (63 - size.leading_zeros());
-    let step = floor >> (63 - divisions.leading_zeros());
+    let floor = 1u64 << size.ilog2();
+    let step = floor >> divisions.ilog2();
     if step == 0 {
         return floor.saturating_mul(2);
     }
@@ -99,7 +99,12 @@ pub(crate) fn segment_size(size: u64) -> u64 {
 /// (PyTorch's `should_split`): small pool when the remainder is at least
 /// [`MIN_BLOCK_SIZE`]; large pool when the request is below `max_split_size` and the
 /// remainder is more than [`SMALL_SIZE`].
-pub(crate) fn should_split(pool: PoolKind, block_size: u64, size: u64, max_split_size: u64) -> bool {
+pub(crate) fn should_split(
+    pool: PoolKind,
+    block_size: u64,
+    size: u64,
+    max_split_size: u64,
+) -> bool {
     let remaining = block_size - size;
     match pool {
         PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
@@ -139,7 +144,10 @@ mod tests {
         assert_eq!(segment_size(SMALL_SIZE), SMALL_BUFFER);
         assert_eq!(segment_size(SMALL_SIZE + 512), LARGE_BUFFER);
         assert_eq!(segment_size(MIN_LARGE_ALLOC), MIN_LARGE_ALLOC);
-        assert_eq!(segment_size(MIN_LARGE_ALLOC + 1), MIN_LARGE_ALLOC + ROUND_LARGE);
+        assert_eq!(
+            segment_size(MIN_LARGE_ALLOC + 1),
+            MIN_LARGE_ALLOC + ROUND_LARGE
+        );
     }
 
     #[test]

@@ -99,7 +99,8 @@ impl<B: Backend> State<B> {
     pub fn snapshot(&mut self) -> Snapshot {
         let active = self.stats.active_bytes.aggregate.current;
         let default_stream = self.backend.stream_id(&self.backend.default_stream());
-        self.trace.push(TraceAction::Snapshot, 0, active, default_stream, None);
+        self.trace
+            .push(TraceAction::Snapshot, 0, active, default_stream, None);
         let device = self.backend.device_index();
         let mut segments = Vec::with_capacity(self.segments.len());
         for (&address, seg) in &self.segments {
@@ -132,11 +133,19 @@ impl<B: Backend> State<B> {
                     info.active_size += b.size;
                     info.requested_size += b.requested;
                 }
-                info.blocks.push(BlockInfo { address: b.ptr, size: b.size, requested_size: b.requested, state });
+                info.blocks.push(BlockInfo {
+                    address: b.ptr,
+                    size: b.size,
+                    requested_size: b.requested,
+                    state,
+                });
                 cursor = b.next;
             }
             segments.push(info);
         }
-        Snapshot { segments, traces: self.trace.to_vec() }
+        Snapshot {
+            segments,
+            traces: self.trace.to_vec(),
+        }
     }
 }

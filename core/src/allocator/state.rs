@@ -96,7 +96,12 @@ impl<B: Backend> State<B> {
 
     fn key(&self, slot: u32) -> PoolKey {
         let b = self.slab.get(slot);
-        PoolKey { stream: b.stream, size: b.size, addr: b.ptr, slot }
+        PoolKey {
+            stream: b.stream,
+            size: b.size,
+            addr: b.ptr,
+            slot,
+        }
     }
 
     pub fn pool(&self, kind: PoolKind) -> &BlockPool {
@@ -140,7 +145,9 @@ impl<B: Backend> State<B> {
 
     fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
         self.stats.inactive_split.apply(pool, after.0 - before.0);
-        self.stats.inactive_split_bytes.apply(pool, after.1 - before.1);
+        self.stats
+            .inactive_split_bytes
+            .apply(pool, after.1 - before.1);
     }
 
     /// Best fit in the request's pool and stream, with PyTorch's oversize rules.
@@ -194,7 +201,14 @@ impl<B: Backend> State<B> {
         b.status = Status::Allocated;
         b.requested = req.requested;
         b.generation += 1;
-        let out = HandOut { block: BlockRef { id: slot, generation: b.generation }, ptr: b.ptr, size: b.size };
+        let out = HandOut {
+            block: BlockRef {
+                id: slot,
+                generation: b.generation,
+            },
+            ptr: b.ptr,
+            size: b.size,
+        };
         let (stream, requested) = (b.stream, b.requested);
         let after = self.split_contribution(remainder);
         self.apply_split_change(pool, before, after);
@@ -207,7 +221,8 @@ impl<B: Backend> State<B> {
         if out.size >= max_split {
             s.oversize_allocations.increase(1);
         }
-        self.trace.push(TraceAction::Alloc, out.ptr, requested, stream, None);
+        self.trace
+            .push(TraceAction::Alloc, out.ptr, requested, stream, None);
         out
     }
 
@@ -226,7 +241,8 @@ impl<B: Backend> State<B> {
         if size >= self.config.max_split_size {
             s.oversize_allocations.decrease(1);
         }
-        self.trace.push(TraceAction::FreeRequested, ptr, requested, stream, None);
+        self.trace
+            .push(TraceAction::FreeRequested, ptr, requested, stream, None);
         if self.slab.get(r.id).uses.is_empty() {
             self.free_to_pool(r.id);
             return;
@@ -282,7 +298,8 @@ impl<B: Backend> State<B> {
         debug_assert!(b.events.is_empty() && b.status != Status::Free);
         let was_pending = b.status == Status::PendingFree;
         b.uses.clear();
-        let (pool, size, ptr, requested, stream, prev, next) = (b.pool, b.size, b.ptr, b.requested, b.stream, b.prev, b.next);
+        let (pool, size, ptr, requested, stream, prev, next) =
+            (b.pool, b.size, b.ptr, b.requested, b.stream, b.prev, b.next);
         b.requested = 0;
         b.status = Status::Free;
         b.generation += 1;
@@ -293,7 +310,8 @@ impl<B: Backend> State<B> {
         s.active.decrease(pool, 1);
         s.active_bytes.decrease(pool, size);
         s.requested_bytes.decrease(pool, requested);
-        self.trace.push(TraceAction::FreeCompleted, ptr, requested, stream, None);
+        self.trace
+            .push(TraceAction::FreeCompleted, ptr, requested, stream, None);
 
         let (bp, bn) = (self.split_contribution(prev), self.split_contribution(next));
         let before = (bp.0 + bn.0, bp.1 + bn.1);
@@ -341,15 +359,25 @@ impl<B: Backend> State<B> {
 
     /// A new segment from the device for `req`, put in its pool. `Ok(None)` when the device
     /// (or the per-process limit) says out of memory.
-    pub fn alloc_segment(&mut self, req: &Request<'_, B>, is_retry: bool) -> Result<Option<u32>, BackendError> {
+    pub fn alloc_segment(
+        &mut self,
+        req: &Request<'_, B>,
+        is_retry: bool,
+    ) -> Result<Option<u32>, BackendError> {
         if is_retry {
             self.stats.num_alloc_retries += 1;
         }
         let size = req.alloc_size;
-        if let Some(limit) = self.limit()? {
-            if self.stats.reserved_bytes.aggregate.current.saturating_add(size) > limit {
-                return Ok(None);
-            }
+        if let Some(limit) = self.limit()?
+            && self
+                .stats
+                .reserved_bytes
+                .aggregate
+                .current
+                .saturating_add(size)
+                > limit
+        {
+            return Ok(None);
         }
         let ptr = match self.backend.malloc(size) {
             Ok(p) => p.addr(),
@@ -367,7 +395,13 @@ impl<B: Backend> State<B> {
         });
         self.segments.insert(
             ptr,
-            Segment { size, stream: req.stream.clone(), stream_id: req.stream_id, pool: req.pool, head: slot },
+            Segment {
+                size,
+                stream: req.stream.clone(),
+                stream_id: req.stream_id,
+                pool: req.pool,
+                head: slot,
+            },
         );
         let s = &mut self.stats;
         s.segment.increase(req.pool, 1);
@@ -376,7 +410,8 @@ impl<B: Backend> State<B> {
         if size >= self.config.max_split_size {
             s.oversize_segments.increase(1);
         }
-        self.trace.push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
+        self.trace
+            .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
         self.pool_insert(slot);
         Ok(Some(slot))
     }
@@ -402,12 +437,18 @@ impl<B: Backend> State<B> {
         if size >= self.config.max_split_size {
             s.oversize_segments.decrease(1);
         }
-        self.trace.push(TraceAction::SegmentFree, base, size, stream_id, None);
+        self.trace
+            .push(TraceAction::SegmentFree, base, size, stream_id, None);
         Ok(())
     }
 
     /// Largest free block in either pool.
     pub fn largest_free_block(&self) -> u64 {
-        self.small.iter().chain(self.large.iter()).map(|k| k.size).max().unwrap_or(0)
+        self.small
+            .iter()
+            .chain(self.large.iter())
+            .map(|k| k.size)
+            .max()
+            .unwrap_or(0)
     }
 }

@@ -94,6 +94,16 @@ impl StatArray {
     }
 }
 
+/// `stat_array.current` and friends read the aggregate, so code that only wants the
+/// all-pools figure (PyTorch's `"allocated_bytes.all.current"`) need not name it.
+impl std::ops::Deref for StatArray {
+    type Target = Stat;
+
+    fn deref(&self) -> &Stat {
+        &self.aggregate
+    }
+}
+
 /// Everything the allocator counts. See the module docs for the identities between fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorStats {

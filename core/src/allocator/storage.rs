@@ -37,7 +37,9 @@ pub struct Storage<B: Backend> {
 
 impl<B: Backend> Clone for Storage<B> {
     fn clone(&self) -> Self {
-        Storage { inner: Arc::clone(&self.inner) }
+        Storage {
+            inner: Arc::clone(&self.inner),
+        }
     }
 }
 
@@ -98,7 +100,9 @@ impl<B: Backend> Storage<B> {
 
     /// A handle that does not keep the block allocated.
     pub fn downgrade(&self) -> WeakStorage<B> {
-        WeakStorage { inner: Arc::downgrade(&self.inner) }
+        WeakStorage {
+            inner: Arc::downgrade(&self.inner),
+        }
     }
 
     /// Number of strong handles (diagnostics).
@@ -114,7 +118,9 @@ pub struct WeakStorage<B: Backend> {
 
 impl<B: Backend> Clone for WeakStorage<B> {
     fn clone(&self) -> Self {
-        WeakStorage { inner: Weak::clone(&self.inner) }
+        WeakStorage {
+            inner: Weak::clone(&self.inner),
+        }
     }
 }
 

@@ -74,17 +74,34 @@ pub(crate) struct TraceBuffer {
 
 impl TraceBuffer {
     pub fn new(capacity: usize) -> Self {
-        TraceBuffer { entries: VecDeque::new(), capacity }
+        TraceBuffer {
+            entries: VecDeque::new(),
+            capacity,
+        }
     }
 
-    pub fn push(&mut self, action: TraceAction, addr: u64, size: u64, stream: StreamId, device_free: Option<u64>) {
+    pub fn push(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        device_free: Option<u64>,
+    ) {
         if self.capacity == 0 {
             return;
         }
         if self.entries.len() == self.capacity {
             self.entries.pop_front();
         }
-        self.entries.push_back(TraceEntry { action, addr, size, stream, time_us: trace_clock_us(), device_free });
+        self.entries.push_back(TraceEntry {
+            action,
+            addr,
+            size,
+            stream,
+            time_us: trace_clock_us(),
+            device_free,
+        });
     }
 
     pub fn to_vec(&self) -> Vec<TraceEntry> {

@@ -29,19 +29,33 @@ impl<B: Backend> State<B> {
     /// already held by that owner. Counts the call either way.
     pub fn record_use(&mut self, r: BlockRef, stream: &B::Stream, id: StreamId, owner: UseOwner) {
         self.stats.record_stream_calls += 1;
-        if self.slab.resolve(r).is_none_or(|b| b.status != Status::Allocated || b.stream == id) {
+        if self
+            .slab
+            .resolve(r)
+            .is_none_or(|b| b.status != Status::Allocated || b.stream == id)
+        {
             return;
         }
         let b = self.slab.get_mut(r.id);
         if !b.uses.iter().any(|u| u.id == id && u.owner == owner) {
-            b.uses.push(StreamUse { stream: stream.clone(), id, owner });
+            b.uses.push(StreamUse {
+                stream: stream.clone(),
+                id,
+                owner,
+            });
         }
     }
 
     /// Removes `work`'s use of stream `id` from the block `r`, if the block's allocation
     /// stream is `current`. For a pending-free block, the event on that stream is dropped
     /// once no owner of the stream remains, and the block is freed when no event remains.
-    pub fn erase(&mut self, r: BlockRef, work: WorkId, id: StreamId, current: StreamId) -> EraseOutcome {
+    pub fn erase(
+        &mut self,
+        r: BlockRef,
+        work: WorkId,
+        id: StreamId,
+        current: StreamId,
+    ) -> EraseOutcome {
         self.stats.erase_stream_calls += 1;
         let Some(b) = self.slab.resolve(r) else {
             return EraseOutcome::StaleBlock;
@@ -49,7 +63,11 @@ impl<B: Backend> State<B> {
         if b.stream != current {
             return EraseOutcome::NotCurrentStream;
         }
-        let Some(i) = b.uses.iter().position(|u| u.id == id && u.owner == UseOwner::Work(work)) else {
+        let Some(i) = b
+            .uses
+            .iter()
+            .position(|u| u.id == id && u.owner == UseOwner::Work(work))
+        else {
             return EraseOutcome::NoSuchUse;
         };
         let b = self.slab.get_mut(r.id);

@@ -311,7 +311,7 @@ impl<B: Backend> ProcessGroup<B> {
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
         let n = elems(input);
-        self.check_len(
+        Self::check_len(
             "all_gather",
             elems(output),
             n * self.size(),
@@ -338,7 +338,7 @@ impl<B: Backend> ProcessGroup<B> {
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
         let n = elems(output);
-        self.check_len(
+        Self::check_len(
             "reduce_scatter",
             elems(input),
             n * self.size(),
@@ -365,7 +365,7 @@ impl<B: Backend> ProcessGroup<B> {
     ) -> Result<Work<B>, PgError> {
         let total = elems(input);
         let size = self.size();
-        self.check_len(
+        Self::check_len(
             "all_to_all",
             elems(output),
             total,
@@ -520,13 +520,7 @@ impl<B: Backend> ProcessGroup<B> {
         .map(|_| ())
     }
 
-    fn check_len(
-        &self,
-        op: &'static str,
-        got: usize,
-        want: usize,
-        rule: &str,
-    ) -> Result<(), PgError> {
+    fn check_len(op: &'static str, got: usize, want: usize, rule: &str) -> Result<(), PgError> {
         if got == want {
             Ok(())
         } else {

@@ -83,6 +83,11 @@ impl<B: Backend> Work<B> {
         self.state.op
     }
 
+    /// Collective or point-to-point.
+    pub fn kind(&self) -> CommKind {
+        self.state.kind
+    }
+
     /// Makes `current` wait for the work on the device, then runs the policy's release
     /// step (erase this work's stream uses, or unstash its shelf). Strictly in that order:
     /// releasing first would let `current` reuse memory the collective still uses.

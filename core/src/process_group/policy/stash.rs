@@ -79,8 +79,3 @@ impl<B: Backend> ReusePolicy<B> for Stash {
         handoff.hand_over(Arc::clone(work), &work.shelf)
     }
 }
-
-/// True once the one-time point-to-point warning was emitted (for tests).
-pub(crate) fn p2p_warning_emitted() -> bool {
-    P2P_WARNED.load(Ordering::Relaxed)
-}

@@ -1,0 +1,201 @@
+//! The command line of `memreuse-conformance` (SCHEDULES.md §3). `validate`, `generate` and
+//! `list` are implemented here; `run` (also what no subcommand means) has its arguments
+//! defined but is not implemented yet.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::generate::{GenOptions, PRESETS, generate};
+use crate::validate::{LoadError, load};
+
+/// `memreuse-conformance`: replay collective schedules on every backend and reuse mode.
+#[derive(Debug, Parser)]
+#[command(
+    name = "memreuse-conformance",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    /// The subcommand; none means `run`.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// `run`'s arguments when no subcommand is given.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run schedules on backends and modes (the default).
+    Run(RunArgs),
+    /// Validate schedule files (exit 0 when all are valid, 2 otherwise).
+    Validate {
+        /// Schedule files.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
+    /// Write a generated schedule.
+    Generate(GenerateArgs),
+    /// List the generator presets.
+    List,
+}
+
+/// Arguments of `run` (SCHEDULES.md §3).
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Backend: `mock`, `cuda`, `ascend`, ... or `all` (default: all available).
+    #[arg(long = "backend", value_name = "NAME")]
+    pub backends: Vec<String>,
+    /// Reuse mode: 0, 1, 2, 3, unsafe or all (default and `all`: 0,1,2,3).
+    #[arg(long = "mode", value_name = "M", value_parser = ["0", "1", "2", "3", "unsafe", "all"])]
+    pub modes: Vec<String>,
+    /// Schedule file to run (repeatable).
+    #[arg(long = "schedule", value_name = "FILE")]
+    pub schedules: Vec<PathBuf>,
+    /// Built-in suite name.
+    #[arg(long, value_name = "NAME")]
+    pub suite: Option<String>,
+    /// Seed.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Deterministic execution.
+    #[arg(long)]
+    pub deterministic: bool,
+    /// Capacity of each mock device (overrides the schedule's `device_memory`).
+    #[arg(long, value_name = "BYTES")]
+    pub device_memory: Option<u64>,
+    /// Write the JSON report here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the report (JSON + HTML/Markdown) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Write one memory snapshot per run here.
+    #[arg(long, value_name = "DIR")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// Write one Chrome-trace timeline per run here.
+    #[arg(long, value_name = "DIR")]
+    pub trace_dir: Option<PathBuf>,
+    /// Print less.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Arguments of `generate`.
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// Preset name (see `list`).
+    pub preset: String,
+    /// Layers (pp: micro-batches; ddp: buckets).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Elements of the basic tensor.
+    #[arg(long)]
+    pub elems: Option<u64>,
+    /// Body iterations.
+    #[arg(long)]
+    pub iterations: Option<u32>,
+    /// Number of ranks (default: the preset's).
+    #[arg(long)]
+    pub world_size: Option<usize>,
+    /// Upload seed offset.
+    #[arg(long)]
+    pub seed: Option<u32>,
+    /// The schedule's `device_memory` in bytes.
+    #[arg(long)]
+    pub device_memory: Option<u64>,
+    /// Output file.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+/// Exit status for a usage error or an invalid schedule.
+const USAGE: u8 = 2;
+
+/// Parses `args` (program name first) and runs the command; returns the exit status.
+pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors.
+            let code = if e.use_stderr() { USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        None | Some(Command::Run(_)) => {
+            eprintln!("run: not implemented yet");
+            ExitCode::from(USAGE)
+        }
+        Some(Command::Validate { files }) => validate_files(&files),
+        Some(Command::Generate(args)) => generate_file(&args),
+        Some(Command::List) => {
+            for p in PRESETS {
+                let tag = if p.adversarial { " (adversarial)" } else { "" };
+                println!("{:<18} {}{tag}", p.name, p.description);
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn validate_files(files: &[PathBuf]) -> ExitCode {
+    let mut all_valid = true;
+    for file in files {
+        match load(file) {
+            Ok(v) => println!(
+                "{}: valid (digest {}, live_peak_bytes {})",
+                file.display(),
+                v.reference.digest,
+                v.reference.live_peak_bytes
+            ),
+            Err(LoadError::Parse(e)) => {
+                all_valid = false;
+                println!("{e}");
+            }
+            Err(LoadError::Invalid(errors)) => {
+                all_valid = false;
+                for e in errors {
+                    println!("{e}");
+                }
+            }
+        }
+    }
+    if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(USAGE)
+    }
+}
+
+fn generate_file(args: &GenerateArgs) -> ExitCode {
+    let d = GenOptions::default();
+    let opts = GenOptions {
+        layers: args.layers.unwrap_or(d.layers),
+        elems: args.elems.unwrap_or(d.elems),
+        iterations: args.iterations.unwrap_or(d.iterations),
+        world_size: args.world_size,
+        seed: args.seed.unwrap_or(d.seed),
+        device_memory: args.device_memory,
+    };
+    let schedule = match generate(&args.preset, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("generate: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    match std::fs::write(&args.output, schedule.to_json_string() + "\n") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("generate: cannot write {}: {e}", args.output.display());
+            ExitCode::FAILURE
+        }
+    }
+}

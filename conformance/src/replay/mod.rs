@@ -1,0 +1,238 @@
+//! The replay engine: runs a validated schedule on a backend, one thread per rank, through
+//! the real `ProcessGroup` and caching allocator in one reuse mode, and compares every
+//! `check` bit for bit with the reference interpreter.
+
+mod rank;
+
+use std::time::{Duration, Instant};
+
+use memreuse_core::{BackendOptions, RaceKind, RaceReport, WorldOptions, find_backend, find_world};
+
+use crate::reference::Reference;
+use crate::report::{MemorySeries, RaceCounts, RunRecord, RunStatus};
+use crate::schedule::Schedule;
+
+pub use rank::RankOutcome;
+
+/// Which policy a run uses: a public mode or the negative control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModeChoice {
+    /// `MULTI_STREAM_MEMORY_REUSE` mode 0..3.
+    Mode(memreuse_core::process_group::ReuseMode),
+    /// No protection at all: the race detector must catch it.
+    Unsafe,
+}
+
+impl ModeChoice {
+    /// The four public modes, in order.
+    pub fn public_modes() -> Vec<ModeChoice> {
+        memreuse_core::process_group::ReuseMode::ALL.iter().map(|&m| ModeChoice::Mode(m)).collect()
+    }
+
+    /// `"0"`..`"3"` or `"unsafe"`, as in reports.
+    pub fn name(self) -> String {
+        match self {
+            ModeChoice::Mode(m) => m.as_number().to_string(),
+            ModeChoice::Unsafe => "unsafe".to_owned(),
+        }
+    }
+
+    /// Parses a `--mode` value (one mode; `all` is expanded by the command line).
+    pub fn parse(text: &str) -> Option<ModeChoice> {
+        match text {
+            "unsafe" => Some(ModeChoice::Unsafe),
+            other => memreuse_core::process_group::parse_reuse_mode(other).ok().filter(|_| other.trim() == other).map(ModeChoice::Mode),
+        }
+    }
+}
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// Backend name.
+    pub backend: String,
+    /// Policy.
+    pub mode: ModeChoice,
+    /// Device capacity (overrides the schedule's `device_memory`).
+    pub device_memory: Option<u64>,
+    /// Seed for the mock's deterministic mode.
+    pub seed: Option<u64>,
+    /// Run the mock deterministically.
+    pub deterministic: bool,
+    /// How long a communication op waits for a missing peer.
+    pub timeout: Duration,
+}
+
+impl ReplayOptions {
+    /// Defaults for `backend` in `mode`.
+    pub fn new(backend: &str, mode: ModeChoice) -> ReplayOptions {
+        ReplayOptions {
+            backend: backend.to_owned(),
+            mode,
+            device_memory: None,
+            seed: None,
+            deterministic: false,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Default device capacity when neither the schedule nor the options give one (mock).
+pub const DEFAULT_DEVICE_MEMORY: u64 = 1 << 30;
+
+/// What a replay produced: the report record and the memory series for plots.
+#[derive(Debug)]
+pub struct ReplayOutcome {
+    /// The run's record (report v1).
+    pub record: RunRecord,
+    /// Allocated/reserved after every op, per rank.
+    pub series: MemorySeries,
+    /// Every race report, in words.
+    pub races: Vec<String>,
+}
+
+/// Replays `schedule` (already validated; `reference` is its reference result).
+pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOptions) -> ReplayOutcome {
+    let mode_name = options.mode.name();
+    let iterations = u64::from(schedule.iterations);
+    let mut series = MemorySeries {
+        schedule: schedule.name.clone(),
+        backend: options.backend.clone(),
+        mode: mode_name.clone(),
+        per_rank: Vec::new(),
+    };
+    let skipped = |reason: String| ReplayOutcome {
+        record: RunRecord::skipped(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations, reason),
+        series: series.clone(),
+        races: Vec::new(),
+    };
+    let Some(registration) = find_backend(&options.backend) else {
+        return skipped(format!("backend `{}` is not compiled into this build", options.backend));
+    };
+    match (registration.device_count)() {
+        Err(e) => return skipped(e.to_string()),
+        Ok(n) if n < schedule.world_size => {
+            return skipped(format!("needs {} devices, backend `{}` has {n}", schedule.world_size, options.backend));
+        }
+        Ok(_) => {}
+    }
+    let Some(world) = find_world(&options.backend) else {
+        return skipped(format!("backend `{}` cannot open a multi-rank world in one process", options.backend));
+    };
+    let world_options = WorldOptions {
+        world_size: schedule.world_size,
+        backend: BackendOptions {
+            device: 0,
+            memory_capacity: Some(options.device_memory.or(schedule.device_memory).unwrap_or(DEFAULT_DEVICE_MEMORY)),
+            deterministic_seed: if options.deterministic { Some(options.seed.unwrap_or(0)) } else { options.seed },
+        },
+        timeout: options.timeout,
+    };
+    let started = Instant::now();
+    let endpoints = match (world.open_world)(&world_options) {
+        Ok(e) => e,
+        Err(memreuse_core::BackendError::Unavailable { reason, .. }) => return skipped(reason),
+        Err(e) => {
+            let mut record = RunRecord::empty(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations);
+            record.error = Some(format!("could not open the world: {e}"));
+            return ReplayOutcome { record, series, races: Vec::new() };
+        }
+    };
+    let backends: Vec<_> = endpoints.iter().map(|e| e.backend.clone()).collect();
+    let outcomes: Vec<RankOutcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = endpoints
+            .into_iter()
+            .map(|endpoint| {
+                let rank = endpoint.rank;
+                let expected = reference.checks.get(rank).cloned().unwrap_or_default();
+                std::thread::Builder::new()
+                    .name(format!("rank-{rank}"))
+                    .spawn_scoped(scope, move || rank::run_rank(schedule, endpoint, &expected, options))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| match h {
+                Ok(handle) => handle.join().unwrap_or_else(|_| RankOutcome::failed(rank, "rank thread panicked".to_owned())),
+                Err(e) => RankOutcome::failed(rank, format!("could not spawn the rank thread: {e}")),
+            })
+            .collect()
+    });
+    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let mut record = RunRecord::empty(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations);
+    record.wall_ms = wall_ms;
+    record.live_peak_bytes = reference.live_peak_bytes;
+    record.reference_digest = Some(reference.digest.clone());
+    let mut all_races: Vec<RaceReport> = Vec::new();
+    let mut has_detector = false;
+    for b in &backends {
+        if let Some(r) = memreuse_core::Backend::race_reports(b) {
+            has_detector = true;
+            all_races.extend(r);
+        }
+    }
+    if has_detector {
+        record.races = Some(RaceCounts {
+            reuse: all_races.iter().filter(|r| r.kind == RaceKind::Reuse).count() as u64,
+            schedule: all_races.iter().filter(|r| r.kind == RaceKind::Schedule).count() as u64,
+        });
+    }
+    let races: Vec<String> = all_races.iter().map(ToString::to_string).collect();
+    record.race_examples = races.iter().take(5).cloned().collect();
+
+    let mut errors = Vec::new();
+    let mut checks: Vec<Vec<Vec<f32>>> = Vec::new();
+    for o in &outcomes {
+        record.mismatches += o.mismatches;
+        record.leaked_bytes += o.leaked_bytes;
+        record.peak_allocated_bytes = record.peak_allocated_bytes.max(o.peak_allocated_bytes);
+        record.peak_reserved_bytes = record.peak_reserved_bytes.max(o.peak_reserved_bytes);
+        record.reuse_events_created += o.reuse_events_created;
+        record.record_stream_calls += o.record_stream_calls;
+        record.erase_stream_calls += o.erase_stream_calls;
+        record.shelf_stashes += o.shelf_stashes;
+        record.shelf_unstashed_by_watchdog += o.shelf_unstashed_by_watchdog;
+        record.alloc_retries += o.alloc_retries;
+        record.ooms += o.ooms;
+        if let Some(e) = &o.error {
+            errors.push(format!("rank {}: {e}", o.rank));
+        }
+        checks.push(o.checks.clone());
+        series.per_rank.push(o.series.clone());
+    }
+    record.step_ms_median = step_median(&outcomes);
+    if errors.is_empty() {
+        record.digest = Some(crate::reference::digest_of(&checks));
+    }
+    record.status = if !errors.is_empty() {
+        // Show the root cause first: ranks that only timed out waiting for a failed peer
+        // come after it.
+        errors.sort_by_key(|e| e.contains("timed out"));
+        record.error = Some(errors.join("; "));
+        RunStatus::Error
+    } else if record.mismatches > 0
+        || record.leaked_bytes > 0
+        || record.races.is_some_and(|r| r.reuse + r.schedule > 0)
+    {
+        RunStatus::Failed
+    } else {
+        RunStatus::Passed
+    };
+    ReplayOutcome { record, series, races }
+}
+
+/// Median over body iterations after the first of the slowest rank's iteration time.
+fn step_median(outcomes: &[RankOutcome]) -> Option<f64> {
+    let n = outcomes.iter().map(|o| o.iteration_ms.len()).max().unwrap_or(0);
+    if n < 2 {
+        return None;
+    }
+    let mut steps: Vec<f64> = (1..n)
+        .map(|i| outcomes.iter().filter_map(|o| o.iteration_ms.get(i)).copied().fold(0.0, f64::max))
+        .collect();
+    steps.sort_by(f64::total_cmp);
+    let mid = steps.len() / 2;
+    Some(if steps.len() % 2 == 0 { (steps[mid - 1] + steps[mid]) / 2.0 } else { steps[mid] })
+}

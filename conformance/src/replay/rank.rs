@@ -1,0 +1,368 @@
+//! One rank of a replay: its allocator, process groups, streams, tensors and works, and
+//! the ops of the schedule in that rank's program order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use memreuse_core::allocator::{AllocatorConfig, CachingAllocator, Storage};
+use memreuse_core::comm::ReduceOp as CommReduce;
+use memreuse_core::process_group::{P2pOp, PgError, ProcessGroup, Work};
+use memreuse_core::{AnyBackend, Backend, DevicePtr, DynStream, RankEndpoint};
+
+use super::{ModeChoice, ReplayOptions};
+use crate::schedule::{BatchMember, OpKind, Phase, ReduceOp, Schedule, Step, Topology, WORLD};
+
+type B = AnyBackend;
+
+/// What one rank observed.
+#[derive(Debug, Default)]
+pub struct RankOutcome {
+    /// Global rank.
+    pub rank: usize,
+    /// The contents of every `check`, in program order.
+    pub checks: Vec<Vec<f32>>,
+    /// Checks that differed from the reference.
+    pub mismatches: u64,
+    /// Bytes still allocated after teardown and group shutdown.
+    pub leaked_bytes: u64,
+    /// Allocator peaks.
+    pub peak_allocated_bytes: u64,
+    /// Allocator peaks.
+    pub peak_reserved_bytes: u64,
+    /// Allocator and process-group counters.
+    pub reuse_events_created: u64,
+    /// Counter.
+    pub record_stream_calls: u64,
+    /// Counter.
+    pub erase_stream_calls: u64,
+    /// Counter.
+    pub shelf_stashes: u64,
+    /// Counter.
+    pub shelf_unstashed_by_watchdog: u64,
+    /// Counter.
+    pub alloc_retries: u64,
+    /// Counter.
+    pub ooms: u64,
+    /// (allocated, reserved) after every op.
+    pub series: Vec<(u64, u64)>,
+    /// Wall time of each body iteration.
+    pub iteration_ms: Vec<f64>,
+    /// Why the rank stopped early.
+    pub error: Option<String>,
+}
+
+impl RankOutcome {
+    pub(crate) fn failed(rank: usize, error: String) -> RankOutcome {
+        RankOutcome { rank, error: Some(error), ..RankOutcome::default() }
+    }
+}
+
+fn reduce(op: Option<ReduceOp>) -> CommReduce {
+    match op.unwrap_or_default() {
+        ReduceOp::Sum => CommReduce::Sum,
+        ReduceOp::Max => CommReduce::Max,
+        ReduceOp::Min => CommReduce::Min,
+    }
+}
+
+/// The live state of one rank while it replays.
+struct RankState<'s> {
+    rank: usize,
+    schedule: &'s Schedule,
+    topology: Topology,
+    backend: B,
+    allocator: Arc<CachingAllocator<B>>,
+    /// Sub-groups by (group name, list index); `world` is separate.
+    groups: HashMap<(String, usize), ProcessGroup<B>>,
+    world: Option<ProcessGroup<B>>,
+    streams: HashMap<String, DynStream>,
+    current: DynStream,
+    tensors: HashMap<String, Storage<B>>,
+    works: HashMap<String, Work<B>>,
+}
+
+/// Runs every op of `rank` and tears everything down.
+pub(crate) fn run_rank(schedule: &Schedule, endpoint: RankEndpoint, expected: &[Vec<f32>], options: &ReplayOptions) -> RankOutcome {
+    let rank = endpoint.rank;
+    let mut out = RankOutcome { rank, ..RankOutcome::default() };
+    let backend = endpoint.backend.clone();
+    let allocator = CachingAllocator::new(Arc::new(backend.clone()), AllocatorConfig::default());
+    let mut state = match RankState::new(schedule, endpoint, Arc::clone(&allocator), options) {
+        Ok(s) => s,
+        Err(e) => return RankOutcome::failed(rank, e),
+    };
+    let mut check_index = 0usize;
+    let mut iteration_started: Option<(u32, Instant)> = None;
+    let result = (|| -> Result<(), String> {
+        for step in schedule.rank_steps(rank) {
+            if step.phase == Phase::Body && iteration_started.is_none_or(|(i, _)| i != step.iter) {
+                if let Some((_, t)) = iteration_started {
+                    out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                iteration_started = Some((step.iter, Instant::now()));
+            }
+            if step.phase == Phase::Teardown {
+                if let Some((_, t)) = iteration_started.take() {
+                    out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            let label = format!("{} iter {} op {} `{}`", step.phase, step.iter, step.op_index, step.op.kind.name());
+            state.backend.set_op_label(&format!("rank {rank} {label}"));
+            if let Some(values) = state.execute(&step).map_err(|e| format!("{label}: {e}"))? {
+                let want = expected.get(check_index);
+                if want.is_none_or(|w| !bits_equal(w, &values)) {
+                    out.mismatches += 1;
+                }
+                out.checks.push(values);
+                check_index += 1;
+            }
+            let s = state.allocator.stats();
+            out.series.push((s.allocated_bytes.current, s.reserved_bytes.current));
+        }
+        if let Some((_, t)) = iteration_started.take() {
+            out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        out.error = Some(e);
+    }
+    let pg_stats = state.shutdown();
+    let stats = allocator.stats();
+    out.leaked_bytes = stats.allocated_bytes.current;
+    out.peak_allocated_bytes = stats.allocated_bytes.peak;
+    out.peak_reserved_bytes = stats.reserved_bytes.peak;
+    out.reuse_events_created = stats.reuse_events_created;
+    out.record_stream_calls = stats.record_stream_calls;
+    out.erase_stream_calls = stats.erase_stream_calls;
+    out.alloc_retries = stats.num_alloc_retries;
+    out.ooms = stats.num_ooms;
+    out.shelf_stashes = pg_stats.0;
+    out.shelf_unstashed_by_watchdog = pg_stats.1;
+    out
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn pg_err(e: PgError) -> String {
+    e.to_string()
+}
+
+impl<'s> RankState<'s> {
+    fn new(schedule: &'s Schedule, endpoint: RankEndpoint, allocator: Arc<CachingAllocator<B>>, options: &ReplayOptions) -> Result<Self, String> {
+        let backend = endpoint.backend.clone();
+        let builder = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator).timeout(options.timeout);
+        let builder = match options.mode {
+            ModeChoice::Mode(m) => builder.mode(m),
+            ModeChoice::Unsafe => builder.negative_control(),
+        };
+        let world = builder.build().map_err(pg_err)?;
+        // Every rank creates every sub-group, in the same (sorted) order, as
+        // `torch.distributed.new_group` requires; non-members get `None`.
+        let mut groups = HashMap::new();
+        let sorted: BTreeMap<_, _> = schedule.groups.iter().collect();
+        for (name, lists) in sorted {
+            for (index, list) in lists.iter().enumerate() {
+                if let Some(pg) = world.new_group(list).map_err(pg_err)? {
+                    groups.insert((name.clone(), index), pg);
+                }
+            }
+        }
+        let compute = backend.default_stream();
+        let mut streams = HashMap::new();
+        streams.insert(crate::schedule::COMPUTE.to_owned(), compute.clone());
+        for name in &schedule.streams {
+            streams.insert(name.clone(), backend.create_stream().map_err(|e| e.to_string())?);
+        }
+        Ok(RankState {
+            rank: endpoint.rank,
+            schedule,
+            topology: Topology::new(schedule),
+            backend,
+            allocator,
+            groups,
+            world: Some(world),
+            streams,
+            current: compute,
+            tensors: HashMap::new(),
+            works: HashMap::new(),
+        })
+    }
+
+    fn tensor(&self, name: &str) -> Result<&Storage<B>, String> {
+        self.tensors.get(name).ok_or_else(|| format!("tensor `{name}` is not live"))
+    }
+
+    fn stream(&self, name: &str) -> Result<&DynStream, String> {
+        self.streams.get(name).ok_or_else(|| format!("stream `{name}` is not defined"))
+    }
+
+    fn group(&self, name: Option<&str>) -> Result<&ProcessGroup<B>, String> {
+        let name = name.unwrap_or(WORLD);
+        if name == WORLD {
+            return self.world.as_ref().ok_or_else(|| "world group is shut down".to_owned());
+        }
+        let located = self
+            .topology
+            .locate(name, self.rank)
+            .ok_or_else(|| format!("rank {} is not in group `{name}`", self.rank))?;
+        self.groups
+            .get(&(name.to_owned(), located.index))
+            .ok_or_else(|| format!("group `{name}` list {} was not created", located.index))
+    }
+
+    fn keep(&mut self, work: Work<B>, is_async: bool, name: Option<&str>) {
+        if is_async {
+            if let Some(n) = name {
+                self.works.insert(n.to_owned(), work);
+            }
+        }
+    }
+
+    /// Executes one op; returns the read-back values of a `check`.
+    fn execute(&mut self, step: &Step<'_>) -> Result<Option<Vec<f32>>, String> {
+        let cur = self.current.clone();
+        let be = |e: memreuse_core::BackendError| e.to_string();
+        match &step.op.kind {
+            OpKind::Alloc { t, elems, stream } => {
+                let s = match stream {
+                    Some(n) => self.stream(n)?.clone(),
+                    None => cur,
+                };
+                let storage = self.allocator.allocate(elems * 4, &s).map_err(|e| e.to_string())?;
+                self.tensors.insert(t.clone(), storage);
+            }
+            OpKind::Upload { t, seed } => {
+                let storage = self.tensor(t)?;
+                let n = (storage.requested_size() / 4) as usize;
+                let bytes: Vec<u8> = (0..n)
+                    .flat_map(|i| crate::reference::upload_value(*seed, self.rank, step.iter, i).to_le_bytes())
+                    .collect();
+                self.backend.copy_host_to_device(storage.ptr(), &bytes, &cur).map_err(be)?;
+            }
+            OpKind::Zero { t } => {
+                let storage = self.tensor(t)?;
+                self.backend.memset_zero(storage.ptr(), storage.requested_size(), &cur).map_err(be)?;
+            }
+            OpKind::Copy { src, dst, src_offset, dst_offset, elems } => {
+                let (s, d) = (self.tensor(src)?, self.tensor(dst)?);
+                let n = elems.unwrap_or(s.requested_size() / 4);
+                let sp = DevicePtr(s.ptr().addr() + src_offset.unwrap_or(0) * 4);
+                let dp = DevicePtr(d.ptr().addr() + dst_offset.unwrap_or(0) * 4);
+                self.backend.copy_device_to_device(dp, sp, n * 4, &cur).map_err(be)?;
+            }
+            OpKind::AllReduce { t, reduce: r, group, is_async, work } => {
+                let w = self.group(group.as_deref())?.all_reduce(self.tensor(t)?, reduce(*r), &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::AllGather { input, out, group, is_async, work } => {
+                let w = self.group(group.as_deref())?.all_gather(self.tensor(input)?, self.tensor(out)?, &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::ReduceScatter { input, out, reduce: r, group, is_async, work } => {
+                let w = self
+                    .group(group.as_deref())?
+                    .reduce_scatter(self.tensor(input)?, self.tensor(out)?, reduce(*r), &cur, *is_async)
+                    .map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::AllToAll { input, out, group, is_async, work } => {
+                let w = self.group(group.as_deref())?.all_to_all(self.tensor(input)?, self.tensor(out)?, &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Broadcast { t, root, group, is_async, work } => {
+                let w = self.group(group.as_deref())?.broadcast(self.tensor(t)?, root.unwrap_or(0), &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Send { t, peer, is_async, work } => {
+                let w = self.group(None)?.send(self.tensor(t)?, *peer, &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Recv { t, peer, is_async, work } => {
+                let w = self.group(None)?.recv(self.tensor(t)?, *peer, &cur, *is_async).map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Batch { ops, is_async, work } => {
+                let mut members = Vec::with_capacity(ops.len());
+                for m in ops {
+                    members.push(match m {
+                        BatchMember::Send { t, peer } => P2pOp::Send(self.tensor(t)?, *peer),
+                        BatchMember::Recv { t, peer } => P2pOp::Recv(self.tensor(t)?, *peer),
+                    });
+                }
+                let w = self.group(None)?.batch_isend_irecv(&members, &cur).map_err(pg_err)?;
+                if *is_async {
+                    self.keep(w, true, work.as_deref());
+                } else {
+                    w.wait(&cur).map_err(pg_err)?;
+                }
+            }
+            OpKind::Barrier { group } => self.group(group.as_deref())?.barrier(&cur).map_err(pg_err)?,
+            OpKind::Wait { work } => {
+                let w = self.works.remove(work).ok_or_else(|| format!("work `{work}` is not pending"))?;
+                w.wait(&cur).map_err(pg_err)?;
+            }
+            OpKind::DropWork { work } => {
+                self.works.remove(work).ok_or_else(|| format!("work `{work}` is not pending"))?;
+            }
+            OpKind::Free { t } => {
+                self.tensors.remove(t).ok_or_else(|| format!("tensor `{t}` is not live"))?;
+            }
+            OpKind::SetStream { stream } => self.current = self.stream(stream)?.clone(),
+            OpKind::WaitStream { stream, on } => {
+                let (waiter, producer) = (self.stream(stream)?.clone(), self.stream(on)?.clone());
+                let ev = self.backend.create_event().map_err(be)?;
+                self.backend.record_event(&ev, &producer).map_err(be)?;
+                self.backend.stream_wait_event(&waiter, &ev).map_err(be)?;
+            }
+            OpKind::RecordStream { t, stream } => {
+                let s = self.stream(stream)?.clone();
+                self.allocator.record_stream(self.tensor(t)?, &s);
+            }
+            OpKind::Sync => self.backend.synchronize_device().map_err(be)?,
+            OpKind::Check { t } => {
+                let storage = self.tensor(t)?;
+                let mut bytes = vec![0u8; storage.requested_size() as usize];
+                self.backend.copy_device_to_host(&mut bytes, storage.ptr(), &cur).map_err(be)?;
+                let values = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                return Ok(Some(values));
+            }
+            OpKind::EmptyCache => self.allocator.empty_cache().map_err(|e| e.to_string())?,
+            OpKind::Delay { us, stream } => {
+                let s = match stream {
+                    Some(n) => self.stream(n)?.clone(),
+                    None => cur,
+                };
+                self.backend.delay(*us, &s).map_err(be)?;
+            }
+        }
+        let _ = self.schedule;
+        Ok(None)
+    }
+
+    /// Drops works and tensors, shuts the groups down (sub-groups first), waits for the
+    /// device and lets the allocator process its events. Returns (shelf stashes, shelves
+    /// handed over by the watchdog) summed over groups.
+    fn shutdown(&mut self) -> (u64, u64) {
+        self.works.clear();
+        self.tensors.clear();
+        let mut stashes = 0;
+        let mut handed = 0;
+        for (_, pg) in self.groups.drain() {
+            let s = pg.stats();
+            stashes += s.shelf_stashes;
+            handed += s.shelf_unstashed_by_watchdog;
+        }
+        if let Some(pg) = self.world.take() {
+            let s = pg.stats();
+            stashes += s.shelf_stashes;
+            handed += s.shelf_unstashed_by_watchdog;
+        }
+        let _ = self.backend.synchronize_device();
+        let _ = self.allocator.process_events();
+        (stashes, handed)
+    }
+}

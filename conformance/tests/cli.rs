@@ -1,0 +1,115 @@
+//! The command line: exit statuses and outputs of `list`, `generate`, `validate` and `run`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memreuse-conformance-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn list_names_every_preset() {
+    let o = cli(&["list"]);
+    assert_eq!(o.status.code(), Some(0));
+    for p in memreuse_conformance::generate::PRESETS {
+        assert!(text(&o).contains(p.name), "{}", p.name);
+    }
+}
+
+#[test]
+fn generate_then_validate() {
+    let out = tmp("fsdp.json");
+    let o = cli(&[
+        "generate",
+        "fsdp",
+        "--layers",
+        "3",
+        "--elems",
+        "32",
+        "--world-size",
+        "2",
+        "--iterations",
+        "1",
+        "--seed",
+        "9",
+        "-o",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = cli(&[
+        "validate",
+        out.to_str().expect("utf8"),
+        "tests/data/e1-ddp-buckets.json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("digest 9d15e2948ee6df12"), "{}", text(&o));
+}
+
+#[test]
+fn validate_reports_each_error_on_its_own_line_and_exits_2() {
+    let bad = tmp("bad.json");
+    std::fs::write(&bad, r#"{"format":"memreuse.schedule/1","name":"b","world_size":2,"body":[{"op":"zero","t":"x"},{"op":"wait","work":"w","ranks":[0]}]}"#).expect("write");
+    let o = cli(&["validate", bad.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(2));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(
+        out.contains("body op 0 rank 1: undefined tensor \"x\""),
+        "{out}"
+    );
+    let notjson = tmp("notjson.json");
+    std::fs::write(&notjson, "{").expect("write");
+    assert_eq!(
+        cli(&["validate", notjson.to_str().expect("utf8")])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        cli(&["validate", "/nonexistent/x.json"]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn run_is_not_implemented_yet_and_usage_errors_exit_2() {
+    for args in [
+        &[][..],
+        &["run", "--backend", "mock", "--mode", "2"][..],
+        &["--mode", "all", "--quiet"][..],
+    ] {
+        let o = cli(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&o).contains("run: not implemented yet"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+    assert_eq!(cli(&["--mode", "5"]).status.code(), Some(2));
+    assert_eq!(cli(&["--bogus"]).status.code(), Some(2));
+    assert_eq!(cli(&["validate"]).status.code(), Some(2));
+    assert_eq!(
+        cli(&["generate", "nope", "-o", "x.json"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(cli(&["generate", "ddp"]).status.code(), Some(2));
+    assert_eq!(cli(&["--help"]).status.code(), Some(0));
+}

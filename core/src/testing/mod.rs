@@ -1,0 +1,16 @@
+//! A backend for tests and benchmarks of code generic over [`crate::Backend`], in the manner
+//! of wgpu-hal's `noop` backend: it really works, but only as far as the allocator and the
+//! process group need.
+//!
+//! [`ManualBackend`] hands out device addresses without host memory (so benchmarks can
+//! allocate terabytes of "device" memory for free), and its streams never make progress on
+//! their own: work enqueued on a stream, event recordings included, completes only when the
+//! test calls [`ManualBackend::advance`] / [`ManualBackend::advance_all`] or something
+//! synchronizes on the host. Tests therefore decide exactly when "the collective finished".
+//!
+//! Not for production: it checks handles and addresses, but copies move no data
+//! (`copy_device_to_host` writes zeros).
+
+mod manual;
+
+pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
