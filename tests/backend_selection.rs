@@ -7,8 +7,14 @@ use memreuse::{Backend, BackendOptions, OpenError, open_backend, registered_back
 fn mock_is_registered_and_opens_by_name() {
     let names: Vec<_> = registered_backends().iter().map(|r| r.name).collect();
     assert!(names.contains(&"mock"), "registered: {names:?}");
-    let b = open_backend("mock", &BackendOptions { memory_capacity: Some(1 << 20), ..BackendOptions::default() })
-        .expect("mock opens");
+    let b = open_backend(
+        "mock",
+        &BackendOptions {
+            memory_capacity: Some(1 << 20),
+            ..BackendOptions::default()
+        },
+    )
+    .expect("mock opens");
     assert_eq!(b.name(), "mock");
     assert_eq!(b.memory_info().unwrap().total, 1 << 20);
 }
@@ -16,7 +22,11 @@ fn mock_is_registered_and_opens_by_name() {
 #[test]
 fn known_backend_not_compiled_in_names_the_feature() {
     match open_backend("ascend", &BackendOptions::default()) {
-        Err(OpenError::NotCompiled { name, feature, available }) => {
+        Err(OpenError::NotCompiled {
+            name,
+            feature,
+            available,
+        }) => {
             assert_eq!(name, "ascend");
             assert_eq!(feature, "ascend");
             assert!(available.contains(&"mock".to_owned()));

@@ -10,10 +10,10 @@
 pub mod allocator;
 mod backend;
 pub mod comm;
-pub mod process_group;
 mod dyn_backend;
 mod error;
 mod ids;
+pub mod process_group;
 mod race;
 mod registry;
 mod sync;

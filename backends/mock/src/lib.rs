@@ -41,6 +41,7 @@
 
 mod clock;
 mod cluster;
+mod comm;
 mod config;
 mod custom;
 mod detector;
@@ -56,6 +57,7 @@ mod rng;
 mod world;
 
 pub use cluster::MockCluster;
+pub use comm::{MockCommunicator, open_mock_world};
 pub use config::{DEFAULT_CAPACITY, FaultKind, MallocFault, MockConfig, OpDelays};
 pub use device::{HOST_STREAM, MockDevice, MockEvent, MockStream};
 pub use error::BACKEND_NAME;
