@@ -1,6 +1,5 @@
 //! The command line of `memreuse-conformance` (SCHEDULES.md §3). `validate`, `generate` and
-//! `list` are implemented here; `run` (also what no subcommand means) has its arguments
-//! defined but is not implemented yet.
+//! `list` are implemented here; `run` (also what no subcommand means) is in `runner`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -129,10 +128,8 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         }
     };
     match cli.command {
-        None | Some(Command::Run(_)) => {
-            eprintln!("run: not implemented yet");
-            ExitCode::from(USAGE)
-        }
+        None => crate::runner::run(&cli.run),
+        Some(Command::Run(args)) => crate::runner::run(&args),
         Some(Command::Validate { files }) => validate_files(&files),
         Some(Command::Generate(args)) => generate_file(&args),
         Some(Command::List) => {

@@ -30,8 +30,15 @@
 pub mod cli;
 pub mod generate;
 pub mod reference;
+pub mod replay;
+pub mod report;
+pub mod runner;
 pub mod schedule;
+pub mod suite;
 pub mod validate;
+
+// Link the facade so the backends it enables register themselves (inventory).
+use memreuse as _;
 
 pub use reference::{CheckResult, Reference, reference};
 pub use schedule::{Op, OpKind, Phase, Schedule, Step};

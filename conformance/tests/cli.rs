@@ -89,20 +89,75 @@ fn validate_reports_each_error_on_its_own_line_and_exits_2() {
 }
 
 #[test]
-fn run_is_not_implemented_yet_and_usage_errors_exit_2() {
-    for args in [
-        &[][..],
-        &["run", "--backend", "mock", "--mode", "2"][..],
-        &["--mode", "all", "--quiet"][..],
-    ] {
-        let o = cli(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        assert!(
-            text(&o).contains("run: not implemented yet"),
-            "{args:?}: {}",
-            text(&o)
-        );
-    }
+fn run_exit_statuses_follow_the_spec() {
+    let dir = std::env::temp_dir().join(format!("memreuse-cli-run-{}", std::process::id()));
+    let report = dir.to_string_lossy().into_owned();
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/e1-ddp-buckets.json"
+    );
+    // A passing run: exit 0, the table, and both report files.
+    let o = cli(&[
+        "run",
+        "--backend",
+        "mock",
+        "--mode",
+        "2",
+        "--schedule",
+        example,
+        "--report",
+        &report,
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("e1-ddp-buckets"), "{}", text(&o));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["format"], "memreuse.report/1");
+    assert_eq!(json["runs"][0]["digest"], "9d15e2948ee6df12");
+    assert!(
+        std::fs::read_to_string(dir.join("report.html"))
+            .unwrap()
+            .contains("<svg")
+    );
+    // A backend that is not compiled in is skipped, not failed.
+    let o = cli(&[
+        "--backend",
+        "cuda",
+        "--mode",
+        "0",
+        "--schedule",
+        example,
+        "--report",
+        &report,
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("skipped"), "{}", text(&o));
+    // An invalid schedule or an unknown backend: usage error, nothing runs.
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"format":"memreuse.schedule/1","name":"x","world_size":0,"body":[]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        cli(&["--schedule", &bad.to_string_lossy(), "--report", &report])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        cli(&["--backend", "nope", "--report", &report])
+            .status
+            .code(),
+        Some(2)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn usage_errors_exit_2() {
     assert_eq!(cli(&["--mode", "5"]).status.code(), Some(2));
     assert_eq!(cli(&["--bogus"]).status.code(), Some(2));
     assert_eq!(cli(&["validate"]).status.code(), Some(2));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use memreuse::allocator::{AllocatorConfig, CachingAllocator, Storage};
 use memreuse::mock::{MockCommunicator, MockConfig, MockDevice, MockStream, open_mock_world};
 use memreuse::process_group::{ProcessGroup, ReuseMode};
-use memreuse::{Backend, RaceKind, RaceReport};
+use memreuse::{Backend, BackendError, RaceKind, RaceReport};
 
 /// One rank's view, handed to the per-rank closure.
 pub struct Rank {
@@ -29,6 +29,19 @@ impl Rank {
             .allocate(elems as u64 * 4, stream)
             .expect("allocate");
         self.fill(&t, value + self.rank as f32, stream);
+        t
+    }
+
+    /// Allocates a tensor on `stream` holding exactly `values` (f32).
+    pub fn tensor_with(&self, values: &[f32], stream: &MockStream) -> Storage<MockDevice> {
+        let t = self
+            .allocator
+            .allocate(values.len() as u64 * 4, stream)
+            .expect("allocate");
+        let bytes: Vec<u8> = values.iter().copied().flat_map(f32::to_le_bytes).collect();
+        self.device
+            .copy_host_to_device(t.ptr(), &bytes, stream)
+            .expect("upload");
         t
     }
 
@@ -73,6 +86,9 @@ pub struct Outcome<T> {
     pub values: Vec<T>,
     pub races: Vec<RaceReport>,
     pub devices: Vec<MockDevice>,
+    /// Per rank, the device error the harness took before its final synchronize (only
+    /// with [`Setup::expect_device_errors`]; `None` otherwise).
+    pub device_errors: Vec<Option<BackendError>>,
 }
 
 impl<T> Outcome<T> {
@@ -94,6 +110,18 @@ pub struct Setup {
     pub timeout: Duration,
     pub blocking_wait: bool,
     pub alloc: AllocatorConfig,
+    /// Collectives of the world communicator (0-based, in issue order) that fail on every
+    /// rank instead of running (`MockCommunicator::inject_collective_failure`), planted
+    /// before any rank starts.
+    pub inject_collective_failures: Vec<u64>,
+    /// The body leaves a failed op behind. The mock keeps a stream's failure until
+    /// `take_last_error()` (like a sticky device error), and the process group cannot
+    /// clear it (the `Backend` trait has no such call, and on a real device only the
+    /// communicator's owner knows the error was handled). So with this set, the harness
+    /// takes each device's last error after dropping the group and before its final
+    /// synchronize (reporting it in [`Outcome::device_errors`]); the zero-bytes assertion
+    /// still runs. Without it, a leftover device error fails the run.
+    pub expect_device_errors: bool,
 }
 
 impl Setup {
@@ -106,29 +134,36 @@ impl Setup {
             timeout: Duration::from_secs(60),
             blocking_wait: false,
             alloc: AllocatorConfig::default(),
+            inject_collective_failures: Vec::new(),
+            expect_device_errors: false,
         }
     }
 }
 
 /// Runs `body` on every rank (one thread each). After `body`, the harness drops the
-/// group, synchronizes the device, processes events and asserts nothing is left allocated.
+/// group, (with [`Setup::expect_device_errors`]) takes the device's leftover error,
+/// synchronizes the device, processes events and asserts nothing is left allocated.
 pub fn run<T: Send>(setup: &Setup, body: impl Fn(&Rank) -> T + Sync) -> Outcome<T> {
     let endpoints = open_mock_world(setup.world, setup.config.clone()).expect("open mock world");
     let devices: Vec<MockDevice> = endpoints.iter().map(|(d, _)| d.clone()).collect();
-    let values = std::thread::scope(|scope| {
+    for &k in &setup.inject_collective_failures {
+        // One call plants the fault for every member of the communicator.
+        endpoints[0].1.inject_collective_failure(k);
+    }
+    let (values, device_errors) = std::thread::scope(|scope| {
         let handles: Vec<_> = endpoints
             .into_iter()
             .enumerate()
             .map(|(rank, (device, comm))| {
                 let body = &body;
                 let setup = setup.clone();
-                scope.spawn(move || run_rank(rank, &setup, device, comm, body))
+                scope.spawn(move || run_rank(rank, &setup, &device, comm, body))
             })
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("rank thread"))
-            .collect()
+            .unzip()
     });
     let races = devices
         .iter()
@@ -138,16 +173,17 @@ pub fn run<T: Send>(setup: &Setup, body: impl Fn(&Rank) -> T + Sync) -> Outcome<
         values,
         races,
         devices,
+        device_errors,
     }
 }
 
 fn run_rank<T>(
     rank: usize,
     setup: &Setup,
-    device: MockDevice,
+    device: &MockDevice,
     comm: MockCommunicator,
     body: &(impl Fn(&Rank) -> T + Sync),
-) -> T {
+) -> (T, Option<BackendError>) {
     let allocator = CachingAllocator::new(Arc::new(device.clone()), setup.alloc.clone());
     let pg = ProcessGroup::builder(Arc::clone(&allocator), Box::new(comm))
         .mode(setup.mode)
@@ -168,6 +204,11 @@ fn run_rank<T>(
     let value = body(&r);
     let Rank { pg, .. } = r;
     drop(pg);
+    let device_error = if setup.expect_device_errors {
+        device.take_last_error()
+    } else {
+        None
+    };
     device.synchronize_device().expect("sync");
     allocator.process_events().expect("process events");
     assert_eq!(
@@ -175,5 +216,5 @@ fn run_rank<T>(
         0,
         "rank {rank}: bytes left allocated after the group dropped"
     );
-    value
+    (value, device_error)
 }

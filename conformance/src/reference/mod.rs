@@ -66,13 +66,21 @@ pub fn upload_values(seed: u32, rank: usize, iter: u32, elems: u64) -> Vec<f32> 
 /// FNV-1a 64 over, for rank 0, 1, ... in turn, the little-endian bytes of every checked
 /// value in program order; 16 lowercase hex digits.
 pub fn digest<'a>(checks_per_rank: impl IntoIterator<Item = &'a [CheckResult]>) -> String {
+    digest_values(
+        checks_per_rank
+            .into_iter()
+            .flat_map(|rank| rank.iter().flat_map(|c| c.values.iter().copied())),
+    )
+}
+
+/// The same digest over values already flattened in order (rank 0's checks, then rank
+/// 1's, ...): what a replay computes from what it read back.
+pub fn digest_values(values: impl IntoIterator<Item = f32>) -> String {
     let mut hash = FNV_OFFSET;
-    for rank in checks_per_rank {
-        for value in rank.iter().flat_map(|c| &c.values) {
-            for byte in value.to_le_bytes() {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(FNV_PRIME);
-            }
+    for value in values {
+        for byte in value.to_le_bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(FNV_PRIME);
         }
     }
     format!("{hash:016x}")

@@ -26,7 +26,10 @@ pub enum ModeChoice {
 impl ModeChoice {
     /// The four public modes, in order.
     pub fn public_modes() -> Vec<ModeChoice> {
-        memreuse_core::process_group::ReuseMode::ALL.iter().map(|&m| ModeChoice::Mode(m)).collect()
+        memreuse_core::process_group::ReuseMode::ALL
+            .iter()
+            .map(|&m| ModeChoice::Mode(m))
+            .collect()
     }
 
     /// `"0"`..`"3"` or `"unsafe"`, as in reports.
@@ -41,7 +44,10 @@ impl ModeChoice {
     pub fn parse(text: &str) -> Option<ModeChoice> {
         match text {
             "unsafe" => Some(ModeChoice::Unsafe),
-            other => memreuse_core::process_group::parse_reuse_mode(other).ok().filter(|_| other.trim() == other).map(ModeChoice::Mode),
+            other => memreuse_core::process_group::parse_reuse_mode(other)
+                .ok()
+                .filter(|_| other.trim() == other)
+                .map(ModeChoice::Mode),
         }
     }
 }
@@ -92,7 +98,11 @@ pub struct ReplayOutcome {
 }
 
 /// Replays `schedule` (already validated; `reference` is its reference result).
-pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOptions) -> ReplayOutcome {
+pub fn replay(
+    schedule: &Schedule,
+    reference: &Reference,
+    options: &ReplayOptions,
+) -> ReplayOutcome {
     let mode_name = options.mode.name();
     let iterations = u64::from(schedule.iterations);
     let mut series = MemorySeries {
@@ -102,29 +112,50 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
         per_rank: Vec::new(),
     };
     let skipped = |reason: String| ReplayOutcome {
-        record: RunRecord::skipped(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations, reason),
+        record: RunRecord::skipped(
+            &schedule.name,
+            &options.backend,
+            &mode_name,
+            schedule.world_size,
+            iterations,
+            reason,
+        ),
         series: series.clone(),
         races: Vec::new(),
     };
     let Some(registration) = find_backend(&options.backend) else {
-        return skipped(format!("backend `{}` is not compiled into this build", options.backend));
+        return skipped(format!(
+            "backend `{}` is not compiled into this build",
+            options.backend
+        ));
     };
     match (registration.device_count)() {
         Err(e) => return skipped(e.to_string()),
         Ok(n) if n < schedule.world_size => {
-            return skipped(format!("needs {} devices, backend `{}` has {n}", schedule.world_size, options.backend));
+            return skipped(format!(
+                "needs {} devices, backend `{}` has {n}",
+                schedule.world_size, options.backend
+            ));
         }
         Ok(_) => {}
     }
     let Some(world) = find_world(&options.backend) else {
-        return skipped(format!("backend `{}` cannot open a multi-rank world in one process", options.backend));
+        return skipped(format!(
+            "backend `{}` cannot open a multi-rank world in one process",
+            options.backend
+        ));
     };
     let world_options = WorldOptions {
         world_size: schedule.world_size,
         backend: BackendOptions {
             device: 0,
-            memory_capacity: Some(options.device_memory.or(schedule.device_memory).unwrap_or(DEFAULT_DEVICE_MEMORY)),
-            deterministic_seed: if options.deterministic { Some(options.seed.unwrap_or(0)) } else { options.seed },
+            memory_capacity: Some(
+                options
+                    .device_memory
+                    .or(schedule.device_memory)
+                    .unwrap_or(DEFAULT_DEVICE_MEMORY),
+            ),
+            deterministic_seed: options.deterministic.then(|| options.seed.unwrap_or(0)),
         },
         timeout: options.timeout,
     };
@@ -133,9 +164,19 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
         Ok(e) => e,
         Err(memreuse_core::BackendError::Unavailable { reason, .. }) => return skipped(reason),
         Err(e) => {
-            let mut record = RunRecord::empty(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations);
+            let mut record = RunRecord::empty(
+                &schedule.name,
+                &options.backend,
+                &mode_name,
+                schedule.world_size,
+                iterations,
+            );
             record.error = Some(format!("could not open the world: {e}"));
-            return ReplayOutcome { record, series, races: Vec::new() };
+            return ReplayOutcome {
+                record,
+                series,
+                races: Vec::new(),
+            };
         }
     };
     let backends: Vec<_> = endpoints.iter().map(|e| e.backend.clone()).collect();
@@ -147,21 +188,33 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
                 let expected = reference.checks.get(rank).cloned().unwrap_or_default();
                 std::thread::Builder::new()
                     .name(format!("rank-{rank}"))
-                    .spawn_scoped(scope, move || rank::run_rank(schedule, endpoint, &expected, options))
+                    .spawn_scoped(scope, move || {
+                        rank::run_rank(schedule, endpoint, &expected, options)
+                    })
             })
             .collect();
         handles
             .into_iter()
             .enumerate()
             .map(|(rank, h)| match h {
-                Ok(handle) => handle.join().unwrap_or_else(|_| RankOutcome::failed(rank, "rank thread panicked".to_owned())),
-                Err(e) => RankOutcome::failed(rank, format!("could not spawn the rank thread: {e}")),
+                Ok(handle) => handle.join().unwrap_or_else(|_| {
+                    RankOutcome::failed(rank, "rank thread panicked".to_owned())
+                }),
+                Err(e) => {
+                    RankOutcome::failed(rank, format!("could not spawn the rank thread: {e}"))
+                }
             })
             .collect()
     });
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let mut record = RunRecord::empty(&schedule.name, &options.backend, &mode_name, schedule.world_size, iterations);
+    let mut record = RunRecord::empty(
+        &schedule.name,
+        &options.backend,
+        &mode_name,
+        schedule.world_size,
+        iterations,
+    );
     record.wall_ms = wall_ms;
     record.live_peak_bytes = reference.live_peak_bytes;
     record.reference_digest = Some(reference.digest.clone());
@@ -175,8 +228,14 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
     }
     if has_detector {
         record.races = Some(RaceCounts {
-            reuse: all_races.iter().filter(|r| r.kind == RaceKind::Reuse).count() as u64,
-            schedule: all_races.iter().filter(|r| r.kind == RaceKind::Schedule).count() as u64,
+            reuse: all_races
+                .iter()
+                .filter(|r| r.kind == RaceKind::Reuse)
+                .count() as u64,
+            schedule: all_races
+                .iter()
+                .filter(|r| r.kind == RaceKind::Schedule)
+                .count() as u64,
         });
     }
     let races: Vec<String> = all_races.iter().map(ToString::to_string).collect();
@@ -204,7 +263,9 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
     }
     record.step_ms_median = step_median(&outcomes);
     if errors.is_empty() {
-        record.digest = Some(crate::reference::digest_of(&checks));
+        record.digest = Some(crate::reference::digest_values(
+            checks.iter().flatten().flatten().copied(),
+        ));
     }
     record.status = if !errors.is_empty() {
         // Show the root cause first: ranks that only timed out waiting for a failed peer
@@ -220,19 +281,37 @@ pub fn replay(schedule: &Schedule, reference: &Reference, options: &ReplayOption
     } else {
         RunStatus::Passed
     };
-    ReplayOutcome { record, series, races }
+    ReplayOutcome {
+        record,
+        series,
+        races,
+    }
 }
 
 /// Median over body iterations after the first of the slowest rank's iteration time.
 fn step_median(outcomes: &[RankOutcome]) -> Option<f64> {
-    let n = outcomes.iter().map(|o| o.iteration_ms.len()).max().unwrap_or(0);
+    let n = outcomes
+        .iter()
+        .map(|o| o.iteration_ms.len())
+        .max()
+        .unwrap_or(0);
     if n < 2 {
         return None;
     }
     let mut steps: Vec<f64> = (1..n)
-        .map(|i| outcomes.iter().filter_map(|o| o.iteration_ms.get(i)).copied().fold(0.0, f64::max))
+        .map(|i| {
+            outcomes
+                .iter()
+                .filter_map(|o| o.iteration_ms.get(i))
+                .copied()
+                .fold(0.0, f64::max)
+        })
         .collect();
     steps.sort_by(f64::total_cmp);
     let mid = steps.len() / 2;
-    Some(if steps.len() % 2 == 0 { (steps[mid - 1] + steps[mid]) / 2.0 } else { steps[mid] })
+    Some(if steps.len() % 2 == 0 {
+        (steps[mid - 1] + steps[mid]) / 2.0
+    } else {
+        steps[mid]
+    })
 }

@@ -54,7 +54,11 @@ pub struct RankOutcome {
 
 impl RankOutcome {
     pub(crate) fn failed(rank: usize, error: String) -> RankOutcome {
-        RankOutcome { rank, error: Some(error), ..RankOutcome::default() }
+        RankOutcome {
+            rank,
+            error: Some(error),
+            ..RankOutcome::default()
+        }
     }
 }
 
@@ -83,9 +87,17 @@ struct RankState<'s> {
 }
 
 /// Runs every op of `rank` and tears everything down.
-pub(crate) fn run_rank(schedule: &Schedule, endpoint: RankEndpoint, expected: &[Vec<f32>], options: &ReplayOptions) -> RankOutcome {
+pub(crate) fn run_rank(
+    schedule: &Schedule,
+    endpoint: RankEndpoint,
+    expected: &[crate::reference::CheckResult],
+    options: &ReplayOptions,
+) -> RankOutcome {
     let rank = endpoint.rank;
-    let mut out = RankOutcome { rank, ..RankOutcome::default() };
+    let mut out = RankOutcome {
+        rank,
+        ..RankOutcome::default()
+    };
     let backend = endpoint.backend.clone();
     let allocator = CachingAllocator::new(Arc::new(backend.clone()), AllocatorConfig::default());
     let mut state = match RankState::new(schedule, endpoint, Arc::clone(&allocator), options) {
@@ -107,18 +119,25 @@ pub(crate) fn run_rank(schedule: &Schedule, endpoint: RankEndpoint, expected: &[
                     out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
                 }
             }
-            let label = format!("{} iter {} op {} `{}`", step.phase, step.iter, step.op_index, step.op.kind.name());
+            let label = format!(
+                "{} iter {} op {} `{}`",
+                step.phase,
+                step.iter,
+                step.op_index,
+                step.op.kind.name()
+            );
             state.backend.set_op_label(&format!("rank {rank} {label}"));
             if let Some(values) = state.execute(&step).map_err(|e| format!("{label}: {e}"))? {
                 let want = expected.get(check_index);
-                if want.is_none_or(|w| !bits_equal(w, &values)) {
+                if want.is_none_or(|w| !bits_equal(&w.values, &values)) {
                     out.mismatches += 1;
                 }
                 out.checks.push(values);
                 check_index += 1;
             }
             let s = state.allocator.stats();
-            out.series.push((s.allocated_bytes.current, s.reserved_bytes.current));
+            out.series
+                .push((s.allocated_bytes.current, s.reserved_bytes.current));
         }
         if let Some((_, t)) = iteration_started.take() {
             out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -152,9 +171,15 @@ fn pg_err(e: PgError) -> String {
 }
 
 impl<'s> RankState<'s> {
-    fn new(schedule: &'s Schedule, endpoint: RankEndpoint, allocator: Arc<CachingAllocator<B>>, options: &ReplayOptions) -> Result<Self, String> {
+    fn new(
+        schedule: &'s Schedule,
+        endpoint: RankEndpoint,
+        allocator: Arc<CachingAllocator<B>>,
+        options: &ReplayOptions,
+    ) -> Result<Self, String> {
         let backend = endpoint.backend.clone();
-        let builder = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator).timeout(options.timeout);
+        let builder = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator)
+            .timeout(options.timeout);
         let builder = match options.mode {
             ModeChoice::Mode(m) => builder.mode(m),
             ModeChoice::Unsafe => builder.negative_control(),
@@ -175,7 +200,10 @@ impl<'s> RankState<'s> {
         let mut streams = HashMap::new();
         streams.insert(crate::schedule::COMPUTE.to_owned(), compute.clone());
         for name in &schedule.streams {
-            streams.insert(name.clone(), backend.create_stream().map_err(|e| e.to_string())?);
+            streams.insert(
+                name.clone(),
+                backend.create_stream().map_err(|e| e.to_string())?,
+            );
         }
         Ok(RankState {
             rank: endpoint.rank,
@@ -193,17 +221,24 @@ impl<'s> RankState<'s> {
     }
 
     fn tensor(&self, name: &str) -> Result<&Storage<B>, String> {
-        self.tensors.get(name).ok_or_else(|| format!("tensor `{name}` is not live"))
+        self.tensors
+            .get(name)
+            .ok_or_else(|| format!("tensor `{name}` is not live"))
     }
 
     fn stream(&self, name: &str) -> Result<&DynStream, String> {
-        self.streams.get(name).ok_or_else(|| format!("stream `{name}` is not defined"))
+        self.streams
+            .get(name)
+            .ok_or_else(|| format!("stream `{name}` is not defined"))
     }
 
     fn group(&self, name: Option<&str>) -> Result<&ProcessGroup<B>, String> {
         let name = name.unwrap_or(WORLD);
         if name == WORLD {
-            return self.world.as_ref().ok_or_else(|| "world group is shut down".to_owned());
+            return self
+                .world
+                .as_ref()
+                .ok_or_else(|| "world group is shut down".to_owned());
         }
         let located = self
             .topology
@@ -232,60 +267,147 @@ impl<'s> RankState<'s> {
                     Some(n) => self.stream(n)?.clone(),
                     None => cur,
                 };
-                let storage = self.allocator.allocate(elems * 4, &s).map_err(|e| e.to_string())?;
+                let storage = self
+                    .allocator
+                    .allocate(elems * 4, &s)
+                    .map_err(|e| e.to_string())?;
                 self.tensors.insert(t.clone(), storage);
             }
             OpKind::Upload { t, seed } => {
                 let storage = self.tensor(t)?;
-                let n = (storage.requested_size() / 4) as usize;
-                let bytes: Vec<u8> = (0..n)
-                    .flat_map(|i| crate::reference::upload_value(*seed, self.rank, step.iter, i).to_le_bytes())
-                    .collect();
-                self.backend.copy_host_to_device(storage.ptr(), &bytes, &cur).map_err(be)?;
+                let values = crate::reference::upload_values(
+                    *seed,
+                    self.rank,
+                    step.iter,
+                    storage.requested_size() / 4,
+                );
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                self.backend
+                    .copy_host_to_device(storage.ptr(), &bytes, &cur)
+                    .map_err(be)?;
             }
             OpKind::Zero { t } => {
                 let storage = self.tensor(t)?;
-                self.backend.memset_zero(storage.ptr(), storage.requested_size(), &cur).map_err(be)?;
+                self.backend
+                    .memset_zero(storage.ptr(), storage.requested_size(), &cur)
+                    .map_err(be)?;
             }
-            OpKind::Copy { src, dst, src_offset, dst_offset, elems } => {
+            OpKind::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                elems,
+            } => {
                 let (s, d) = (self.tensor(src)?, self.tensor(dst)?);
                 let n = elems.unwrap_or(s.requested_size() / 4);
                 let sp = DevicePtr(s.ptr().addr() + src_offset.unwrap_or(0) * 4);
                 let dp = DevicePtr(d.ptr().addr() + dst_offset.unwrap_or(0) * 4);
-                self.backend.copy_device_to_device(dp, sp, n * 4, &cur).map_err(be)?;
+                self.backend
+                    .copy_device_to_device(dp, sp, n * 4, &cur)
+                    .map_err(be)?;
             }
-            OpKind::AllReduce { t, reduce: r, group, is_async, work } => {
-                let w = self.group(group.as_deref())?.all_reduce(self.tensor(t)?, reduce(*r), &cur, *is_async).map_err(pg_err)?;
-                self.keep(w, *is_async, work.as_deref());
-            }
-            OpKind::AllGather { input, out, group, is_async, work } => {
-                let w = self.group(group.as_deref())?.all_gather(self.tensor(input)?, self.tensor(out)?, &cur, *is_async).map_err(pg_err)?;
-                self.keep(w, *is_async, work.as_deref());
-            }
-            OpKind::ReduceScatter { input, out, reduce: r, group, is_async, work } => {
+            OpKind::AllReduce {
+                t,
+                reduce: r,
+                group,
+                is_async,
+                work,
+            } => {
                 let w = self
                     .group(group.as_deref())?
-                    .reduce_scatter(self.tensor(input)?, self.tensor(out)?, reduce(*r), &cur, *is_async)
+                    .all_reduce(self.tensor(t)?, reduce(*r), &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
-            OpKind::AllToAll { input, out, group, is_async, work } => {
-                let w = self.group(group.as_deref())?.all_to_all(self.tensor(input)?, self.tensor(out)?, &cur, *is_async).map_err(pg_err)?;
+            OpKind::AllGather {
+                input,
+                out,
+                group,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(group.as_deref())?
+                    .all_gather(self.tensor(input)?, self.tensor(out)?, &cur, *is_async)
+                    .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
-            OpKind::Broadcast { t, root, group, is_async, work } => {
-                let w = self.group(group.as_deref())?.broadcast(self.tensor(t)?, root.unwrap_or(0), &cur, *is_async).map_err(pg_err)?;
+            OpKind::ReduceScatter {
+                input,
+                out,
+                reduce: r,
+                group,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(group.as_deref())?
+                    .reduce_scatter(
+                        self.tensor(input)?,
+                        self.tensor(out)?,
+                        reduce(*r),
+                        &cur,
+                        *is_async,
+                    )
+                    .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
-            OpKind::Send { t, peer, is_async, work } => {
-                let w = self.group(None)?.send(self.tensor(t)?, *peer, &cur, *is_async).map_err(pg_err)?;
+            OpKind::AllToAll {
+                input,
+                out,
+                group,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(group.as_deref())?
+                    .all_to_all(self.tensor(input)?, self.tensor(out)?, &cur, *is_async)
+                    .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
-            OpKind::Recv { t, peer, is_async, work } => {
-                let w = self.group(None)?.recv(self.tensor(t)?, *peer, &cur, *is_async).map_err(pg_err)?;
+            OpKind::Broadcast {
+                t,
+                root,
+                group,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(group.as_deref())?
+                    .broadcast(self.tensor(t)?, root.unwrap_or(0), &cur, *is_async)
+                    .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
-            OpKind::Batch { ops, is_async, work } => {
+            OpKind::Send {
+                t,
+                peer,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(None)?
+                    .send(self.tensor(t)?, *peer, &cur, *is_async)
+                    .map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Recv {
+                t,
+                peer,
+                is_async,
+                work,
+            } => {
+                let w = self
+                    .group(None)?
+                    .recv(self.tensor(t)?, *peer, &cur, *is_async)
+                    .map_err(pg_err)?;
+                self.keep(w, *is_async, work.as_deref());
+            }
+            OpKind::Batch {
+                ops,
+                is_async,
+                work,
+            } => {
                 let mut members = Vec::with_capacity(ops.len());
                 for m in ops {
                     members.push(match m {
@@ -293,23 +415,36 @@ impl<'s> RankState<'s> {
                         BatchMember::Recv { t, peer } => P2pOp::Recv(self.tensor(t)?, *peer),
                     });
                 }
-                let w = self.group(None)?.batch_isend_irecv(&members, &cur).map_err(pg_err)?;
+                let w = self
+                    .group(None)?
+                    .batch_isend_irecv(&members, &cur)
+                    .map_err(pg_err)?;
                 if *is_async {
                     self.keep(w, true, work.as_deref());
                 } else {
                     w.wait(&cur).map_err(pg_err)?;
                 }
             }
-            OpKind::Barrier { group } => self.group(group.as_deref())?.barrier(&cur).map_err(pg_err)?,
+            OpKind::Barrier { group } => self
+                .group(group.as_deref())?
+                .barrier(&cur)
+                .map_err(pg_err)?,
             OpKind::Wait { work } => {
-                let w = self.works.remove(work).ok_or_else(|| format!("work `{work}` is not pending"))?;
+                let w = self
+                    .works
+                    .remove(work)
+                    .ok_or_else(|| format!("work `{work}` is not pending"))?;
                 w.wait(&cur).map_err(pg_err)?;
             }
             OpKind::DropWork { work } => {
-                self.works.remove(work).ok_or_else(|| format!("work `{work}` is not pending"))?;
+                self.works
+                    .remove(work)
+                    .ok_or_else(|| format!("work `{work}` is not pending"))?;
             }
             OpKind::Free { t } => {
-                self.tensors.remove(t).ok_or_else(|| format!("tensor `{t}` is not live"))?;
+                self.tensors
+                    .remove(t)
+                    .ok_or_else(|| format!("tensor `{t}` is not live"))?;
             }
             OpKind::SetStream { stream } => self.current = self.stream(stream)?.clone(),
             OpKind::WaitStream { stream, on } => {
@@ -326,8 +461,13 @@ impl<'s> RankState<'s> {
             OpKind::Check { t } => {
                 let storage = self.tensor(t)?;
                 let mut bytes = vec![0u8; storage.requested_size() as usize];
-                self.backend.copy_device_to_host(&mut bytes, storage.ptr(), &cur).map_err(be)?;
-                let values = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                self.backend
+                    .copy_device_to_host(&mut bytes, storage.ptr(), &cur)
+                    .map_err(be)?;
+                let values = bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
                 return Ok(Some(values));
             }
             OpKind::EmptyCache => self.allocator.empty_cache().map_err(|e| e.to_string())?,

@@ -39,7 +39,10 @@ impl MemorySeries {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Draws one SVG chart of a series; `None` when the series is empty or plotting failed
@@ -49,14 +52,26 @@ fn plot(series: &MemorySeries) -> Option<String> {
     if points.is_empty() {
         return None;
     }
-    let max_y = points.iter().map(|&(a, r)| a.max(r)).max().unwrap_or(0).max(1) as f64 / (1024.0 * 1024.0);
+    let max_y = points
+        .iter()
+        .map(|&(a, r)| a.max(r))
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        / (1024.0 * 1024.0);
     let max_x = points.len();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
         root.fill(&WHITE).ok()?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(format!("{} / {} / mode {}", series.schedule, series.backend, series.mode), ("sans-serif", 16))
+            .caption(
+                format!(
+                    "{} / {} / mode {}",
+                    series.schedule, series.backend, series.mode
+                ),
+                ("sans-serif", 16),
+            )
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
@@ -70,12 +85,18 @@ fn plot(series: &MemorySeries) -> Option<String> {
             .ok()?;
         let to_mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         chart
-            .draw_series(LineSeries::new(points.iter().enumerate().map(|(i, &(_, r))| (i, to_mib(r))), &BLUE))
+            .draw_series(LineSeries::new(
+                points.iter().enumerate().map(|(i, &(_, r))| (i, to_mib(r))),
+                &BLUE,
+            ))
             .ok()?
             .label("reserved")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE));
         chart
-            .draw_series(LineSeries::new(points.iter().enumerate().map(|(i, &(a, _))| (i, to_mib(a))), &RED))
+            .draw_series(LineSeries::new(
+                points.iter().enumerate().map(|(i, &(a, _))| (i, to_mib(a))),
+                &RED,
+            ))
             .ok()?
             .label("allocated")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
@@ -96,7 +117,12 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
     out.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>memreuse conformance report</title>\n");
     out.push_str("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l{text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}</style>\n");
     out.push_str("</head><body>\n<h1>memreuse conformance report</h1>\n");
-    let _ = writeln!(out, "<p>{} runs, tool version {}.</p>", report.runs.len(), escape(&report.tool_version));
+    let _ = writeln!(
+        out,
+        "<p>{} runs, tool version {}.</p>",
+        report.runs.len(),
+        escape(&report.tool_version)
+    );
     let mut schedules: Vec<&str> = Vec::new();
     for r in &report.runs {
         if !schedules.contains(&r.schedule.as_str()) {
@@ -107,8 +133,15 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
         let _ = writeln!(out, "<h2>{}</h2>", escape(name));
         out.push_str("<table><tr><th>backend</th><th>mode</th><th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th></tr>\n");
         for r in report.runs.iter().filter(|r| r.schedule == name) {
-            let races = r.races.map_or_else(|| "n/a".to_owned(), |c| format!("{}/{}", c.reuse, c.schedule));
-            let detail = r.skip_reason.as_deref().or(r.error.as_deref()).unwrap_or("");
+            let races = r.races.map_or_else(
+                || "n/a".to_owned(),
+                |c| format!("{}/{}", c.reuse, c.schedule),
+            );
+            let detail = r
+                .skip_reason
+                .as_deref()
+                .or(r.error.as_deref())
+                .unwrap_or("");
             let _ = writeln!(
                 out,
                 "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"l {}\">{} {}</td></tr>",
@@ -138,7 +171,12 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
                     out.push_str("</div>\n");
                 }
                 None => {
-                    let _ = writeln!(out, "<p>No memory series for {} mode {}.</p>", escape(&s.backend), escape(&s.mode));
+                    let _ = writeln!(
+                        out,
+                        "<p>No memory series for {} mode {}.</p>",
+                        escape(&s.backend),
+                        escape(&s.mode)
+                    );
                 }
             }
         }

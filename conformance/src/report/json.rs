@@ -135,11 +135,22 @@ pub struct RunRecord {
     /// The first race reports, in words (optional field added by memreuse).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub race_examples: Vec<String>,
+    /// Negative-control runs of a built-in suite: whether the suite declares that the race
+    /// detector must find a reuse race here (optional field added by memreuse; CI checks
+    /// `races.reuse > 0` exactly when it is true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub negative_control_expects_reuse_race: Option<bool>,
 }
 
 impl RunRecord {
     /// A record with every figure zero, for `schedule` on `backend` in `mode`.
-    pub fn empty(schedule: &str, backend: &str, mode: &str, world_size: usize, iterations: u64) -> RunRecord {
+    pub fn empty(
+        schedule: &str,
+        backend: &str,
+        mode: &str,
+        world_size: usize,
+        iterations: u64,
+    ) -> RunRecord {
         RunRecord {
             schedule: schedule.to_owned(),
             backend: backend.to_owned(),
@@ -167,11 +178,19 @@ impl RunRecord {
             step_ms_median: None,
             reference_digest: None,
             race_examples: Vec::new(),
+            negative_control_expects_reuse_race: None,
         }
     }
 
     /// A skipped run.
-    pub fn skipped(schedule: &str, backend: &str, mode: &str, world_size: usize, iterations: u64, reason: String) -> RunRecord {
+    pub fn skipped(
+        schedule: &str,
+        backend: &str,
+        mode: &str,
+        world_size: usize,
+        iterations: u64,
+        reason: String,
+    ) -> RunRecord {
         RunRecord {
             status: RunStatus::Skipped,
             skip_reason: Some(reason),
@@ -192,10 +211,29 @@ mod tests {
         r.digest = Some("9f2c5e01a4b7d3c8".into());
         let v = serde_json::to_value(&r).unwrap();
         for key in [
-            "schedule", "backend", "mode", "world_size", "iterations", "status", "skip_reason", "error",
-            "mismatches", "races", "leaked_bytes", "digest", "peak_allocated_bytes", "peak_reserved_bytes",
-            "live_peak_bytes", "reuse_events_created", "record_stream_calls", "erase_stream_calls",
-            "shelf_stashes", "shelf_unstashed_by_watchdog", "alloc_retries", "ooms", "wall_ms",
+            "schedule",
+            "backend",
+            "mode",
+            "world_size",
+            "iterations",
+            "status",
+            "skip_reason",
+            "error",
+            "mismatches",
+            "races",
+            "leaked_bytes",
+            "digest",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "live_peak_bytes",
+            "reuse_events_created",
+            "record_stream_calls",
+            "erase_stream_calls",
+            "shelf_stashes",
+            "shelf_unstashed_by_watchdog",
+            "alloc_retries",
+            "ooms",
+            "wall_ms",
             "step_ms_median",
         ] {
             assert!(v.get(key).is_some(), "missing {key}");
@@ -203,13 +241,23 @@ mod tests {
         assert_eq!(v["status"], "passed");
         assert_eq!(v["races"]["reuse"], 0);
         assert!(v["step_ms_median"].is_null());
-        assert!(v.get("race_examples").is_none(), "empty optional extras are omitted");
+        assert!(
+            v.get("race_examples").is_none(),
+            "empty optional extras are omitted"
+        );
     }
 
     #[test]
     fn exit_status_rule_counts_failed_and_error_runs() {
         let mut report = Report::new();
-        report.runs.push(RunRecord::skipped("a", "cuda", "0", 2, 1, "no driver".into()));
+        report.runs.push(RunRecord::skipped(
+            "a",
+            "cuda",
+            "0",
+            2,
+            1,
+            "no driver".into(),
+        ));
         assert!(report.all_passed_or_skipped());
         report.runs.push(RunRecord::empty("a", "mock", "0", 2, 1));
         assert!(!report.all_passed_or_skipped());

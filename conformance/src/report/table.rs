@@ -15,8 +15,15 @@ pub fn render_table(report: &Report) -> String {
         }
     }
     let header = [
-        "backend", "mode", "peak reserved", "peak allocated", "live peak", "reuse events",
-        "record_stream", "wall ms", "status",
+        "backend",
+        "mode",
+        "peak reserved",
+        "peak allocated",
+        "live peak",
+        "reuse events",
+        "record_stream",
+        "wall ms",
+        "status",
     ];
     for name in schedules {
         let rows: Vec<[String; 9]> = report
@@ -25,13 +32,18 @@ pub fn render_table(report: &Report) -> String {
             .filter(|r| r.schedule == name)
             .map(|r| {
                 let status = match r.status {
-                    RunStatus::Skipped => format!("skipped: {}", r.skip_reason.as_deref().unwrap_or("")),
+                    RunStatus::Skipped => {
+                        format!("skipped: {}", r.skip_reason.as_deref().unwrap_or(""))
+                    }
                     RunStatus::Error => format!("error: {}", r.error.as_deref().unwrap_or("")),
                     RunStatus::Failed => {
                         let races = r.races.unwrap_or_default();
                         format!(
                             "FAILED (mismatches {}, reuse races {}, schedule races {}, leaked {})",
-                            r.mismatches, races.reuse, races.schedule, human_bytes(r.leaked_bytes)
+                            r.mismatches,
+                            races.reuse,
+                            races.schedule,
+                            human_bytes(r.leaked_bytes)
                         )
                     }
                     RunStatus::Passed => "passed".to_owned(),
@@ -90,10 +102,20 @@ mod tests {
         a.peak_reserved_bytes = 2 << 20;
         let mut b = RunRecord::empty("ddp", "mock", "unsafe", 2, 3);
         b.status = RunStatus::Failed;
-        b.races = Some(RaceCounts { reuse: 3, schedule: 0 });
+        b.races = Some(RaceCounts {
+            reuse: 3,
+            schedule: 0,
+        });
         report.runs.push(a);
         report.runs.push(b);
-        report.runs.push(RunRecord::skipped("tp", "cuda", "0", 2, 1, "no libcuda".into()));
+        report.runs.push(RunRecord::skipped(
+            "tp",
+            "cuda",
+            "0",
+            2,
+            1,
+            "no libcuda".into(),
+        ));
         let t = render_table(&report);
         assert!(t.starts_with("ddp\n"), "{t}");
         assert!(t.contains("2.0 MiB"));

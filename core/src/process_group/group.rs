@@ -606,15 +606,33 @@ impl<B: Backend> PgShared<B> {
     }
 
     /// Queries the work's end event on the calling thread; marks completion and picks up
-    /// an asynchronous communicator error. Returns whether it is complete.
-    fn observe(&self, state: &WorkState<B>) -> Result<bool, PgError> {
+    /// an asynchronous communicator error, or the device error the end event reports.
+    /// Returns whether it is complete (a failed work is complete, with its error set).
+    fn observe(&self, state: &WorkState<B>) -> bool {
         if state.is_marked_completed() {
             // Query again so the *calling* thread has observed completion itself (the
             // mock's race detector keeps one host clock per thread).
             let _ = self.allocator.backend().query_event(&state.end_event);
-            return Ok(true);
+            return true;
         }
-        let done = self.allocator.backend().query_event(&state.end_event)?;
+        let done = match self.allocator.backend().query_event(&state.end_event) {
+            Ok(done) => done,
+            Err(e) => {
+                // The comm stream reached the end event past a failed op (an injected fault,
+                // a peer that never arrived): the work is over, and it failed. Recording it
+                // here lets it leave the in-flight list and release what its policy holds.
+                self.fail_work(
+                    state,
+                    PgError::Comm {
+                        op: state.op,
+                        work: state.id,
+                        source: CommError::Backend(e),
+                    },
+                );
+                state.completed.store(true, Ordering::Release);
+                return true;
+            }
+        };
         if done {
             if let Some(source) = self.comm.async_error() {
                 if state.error().is_none() {
@@ -628,22 +646,35 @@ impl<B: Backend> PgShared<B> {
             }
             state.completed.store(true, Ordering::Release);
         } else if state.issued_at.elapsed() > self.settings.timeout && state.error().is_none() {
-            self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
-            state.set_error(PgError::Timeout {
-                op: state.op,
-                work: state.id,
-                millis: self.settings.timeout.as_millis() as u64,
-            });
             // As NCCL process groups do: a timed-out collective leaves the communicator in
-            // an unknown state, so abort it and fail what is queued behind.
+            // an unknown state, so abort it and fail what is queued behind. Abort *before*
+            // publishing the error, so whoever sees the timeout (the user, polling while
+            // the watchdog marks it) also finds the group aborted.
             self.comm.abort();
             self.aborted.store(true, Ordering::Release);
+            self.fail_work(
+                state,
+                PgError::Timeout {
+                    op: state.op,
+                    work: state.id,
+                    millis: self.settings.timeout.as_millis() as u64,
+                },
+            );
         }
-        Ok(done)
+        done
+    }
+
+    /// Records `err` as the work's error unless it already has one (counted once).
+    fn fail_work(&self, state: &WorkState<B>, err: PgError) {
+        let mut slot = state.error.lock();
+        if slot.is_none() {
+            self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+            *slot = Some(err);
+        }
     }
 
     pub(crate) fn poll_work(&self, state: &WorkState<B>) -> Result<bool, PgError> {
-        let done = self.observe(state)?;
+        let done = self.observe(state);
         match state.error() {
             Some(e) => Err(e),
             None => Ok(done),
@@ -660,7 +691,7 @@ impl<B: Backend> PgShared<B> {
         if self.settings.blocking_wait {
             let deadline = Instant::now() + self.settings.timeout;
             let mut pause = Duration::from_micros(20);
-            while !self.observe(state)? && state.error().is_none() {
+            while !self.observe(state) && state.error().is_none() {
                 if Instant::now() >= deadline {
                     break;
                 }
@@ -692,7 +723,7 @@ impl<B: Backend> PgShared<B> {
         let mut finished = Vec::new();
         let mut handed = 0;
         for w in works {
-            let done = self.observe(&w).unwrap_or(false);
+            let done = self.observe(&w);
             if done || w.error().is_some() {
                 if self.policy.on_completion(&w, &self.to_unstash) {
                     handed += 1;
@@ -723,7 +754,7 @@ impl<B: Backend> PgShared<B> {
         let items = self.to_unstash.drain();
         let any = !items.is_empty();
         for (work, storages) in items {
-            let _ = self.observe(&work);
+            self.observe(&work);
             drop(storages);
         }
         any
@@ -763,7 +794,7 @@ impl<B: Backend> PgShared<B> {
         let deadline = Instant::now() + self.settings.timeout.min(Duration::from_secs(30));
         let mut pause = Duration::from_micros(20);
         for w in &works {
-            while !self.observe(w).unwrap_or(true) && w.error().is_none() {
+            while !self.observe(w) && w.error().is_none() {
                 if Instant::now() >= deadline {
                     self.comm.abort();
                     self.aborted.store(true, Ordering::Release);

@@ -1,0 +1,260 @@
+//! `memreuse-conformance run`: every selected schedule on every selected backend and mode,
+//! a progress bar, the comparison table, and the report files.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::cli::RunArgs;
+use crate::replay::{ModeChoice, ReplayOptions, replay};
+use crate::report::{MemorySeries, Report, RunRecord, render_html, render_table};
+use crate::suite::{SuiteEntry, suite};
+use crate::validate::load;
+
+/// Where the report goes when `--report` is not given.
+pub const DEFAULT_REPORT_DIR: &str = "target/conformance";
+
+/// A usage error: printed, exit status 2, nothing ran.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// What to run, resolved from the command line.
+pub struct Plan {
+    /// Schedules with their negative-control expectation (`None` for files).
+    pub entries: Vec<SuiteEntry>,
+    /// Whether the entries come from a built-in suite (expectations are meaningful).
+    pub builtin: bool,
+    /// Backend names (may include ones that are not compiled in: they are skipped).
+    pub backends: Vec<String>,
+    /// Modes.
+    pub modes: Vec<ModeChoice>,
+}
+
+/// Resolves `--backend`, `--mode`, `--schedule` and `--suite`.
+pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
+    let known: Vec<String> = memreuse::KNOWN_BACKENDS
+        .iter()
+        .map(|(n, _)| (*n).to_owned())
+        .collect();
+    let linked: Vec<String> = memreuse::registered_backends()
+        .iter()
+        .map(|r| r.name.to_owned())
+        .collect();
+    let mut backends = Vec::new();
+    for b in &args.backends {
+        if b == "all" {
+            backends.extend(linked.iter().cloned());
+        } else if known.contains(b) || linked.contains(b) {
+            backends.push(b.clone());
+        } else {
+            return Err(UsageError(format!(
+                "unknown backend `{b}`; valid: all, {}",
+                known
+                    .iter()
+                    .chain(linked.iter().filter(|l| !known.contains(l)))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    if backends.is_empty() {
+        backends = linked;
+    }
+    backends.dedup();
+    let mut modes = Vec::new();
+    for m in &args.modes {
+        if m == "all" {
+            modes.extend(ModeChoice::public_modes());
+        } else {
+            modes.push(ModeChoice::parse(m).ok_or_else(|| {
+                UsageError(format!(
+                    "invalid mode `{m}`; valid: 0, 1, 2, 3, unsafe, all"
+                ))
+            })?);
+        }
+    }
+    if modes.is_empty() {
+        modes = ModeChoice::public_modes();
+    }
+    let mut seen = Vec::new();
+    modes.retain(|m| {
+        if seen.contains(m) {
+            false
+        } else {
+            seen.push(*m);
+            true
+        }
+    });
+    let (entries, builtin) = if args.schedules.is_empty() {
+        let name = args.suite.as_deref().unwrap_or("builtin");
+        (suite(name).map_err(|e| UsageError(e.to_string()))?, true)
+    } else {
+        if args.suite.is_some() {
+            return Err(UsageError(
+                "--suite and --schedule exclude each other".to_owned(),
+            ));
+        }
+        let mut entries = Vec::new();
+        let mut errors = Vec::new();
+        for path in &args.schedules {
+            match load(path) {
+                Ok(valid) => entries.push(SuiteEntry {
+                    valid,
+                    negative_control_finds_reuse_race: false,
+                }),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(UsageError(errors.join("\n")));
+        }
+        (entries, false)
+    };
+    Ok(Plan {
+        entries,
+        builtin,
+        backends,
+        modes,
+    })
+}
+
+/// Runs the `run` subcommand; returns the exit status (0 all passed or skipped, 1 a run
+/// failed or errored, 2 usage error / invalid schedule).
+pub fn run(args: &RunArgs) -> ExitCode {
+    let plan = match plan(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("memreuse-conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.snapshot_dir.is_some() || args.trace_dir.is_some() {
+        eprintln!(
+            "memreuse-conformance: --snapshot-dir and --trace-dir are accepted but not written yet (snapshot/timeline export is not implemented in this version)"
+        );
+    }
+    let total = (plan.entries.len() * plan.backends.len() * plan.modes.len()) as u64;
+    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}") {
+            b.set_style(style);
+        }
+        b
+    };
+    let started = Instant::now();
+    let mut report = Report::new();
+    let mut series: Vec<MemorySeries> = Vec::new();
+    for entry in &plan.entries {
+        let schedule = &entry.valid.schedule;
+        for backend in &plan.backends {
+            for &mode in &plan.modes {
+                bar.set_message(format!(
+                    "{} on {backend} mode {}",
+                    schedule.name,
+                    mode.name()
+                ));
+                let mut options = ReplayOptions::new(backend, mode);
+                options.device_memory = args.device_memory;
+                options.seed = args.seed;
+                options.deterministic = args.deterministic;
+                options.timeout = Duration::from_secs(60);
+                let outcome = if memreuse::find_backend(backend).is_none() {
+                    let feature = memreuse::KNOWN_BACKENDS
+                        .iter()
+                        .find(|(n, _)| n == backend)
+                        .map_or(backend.as_str(), |(_, f)| f);
+                    crate::replay::ReplayOutcome {
+                        record: RunRecord::skipped(
+                            &schedule.name,
+                            backend,
+                            &mode.name(),
+                            schedule.world_size,
+                            u64::from(schedule.iterations),
+                            format!(
+                                "backend `{backend}` is not compiled into this build (cargo feature `{feature}`)"
+                            ),
+                        ),
+                        series: MemorySeries::default(),
+                        races: Vec::new(),
+                    }
+                } else {
+                    replay(schedule, &entry.valid.reference, &options)
+                };
+                let mut record = outcome.record;
+                if plan.builtin && mode == ModeChoice::Unsafe {
+                    record.negative_control_expects_reuse_race =
+                        Some(entry.negative_control_finds_reuse_race);
+                }
+                report.runs.push(record);
+                if !outcome.series.per_rank.is_empty() {
+                    series.push(outcome.series);
+                }
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    print!("{}", render_table(&report));
+    let wall = started.elapsed().as_secs_f64();
+    let counts = |s: &str| {
+        report
+            .runs
+            .iter()
+            .filter(|r| r.status.as_str() == s)
+            .count()
+    };
+    println!(
+        "{} runs in {wall:.1} s: {} passed, {} failed, {} errors, {} skipped",
+        report.runs.len(),
+        counts("passed"),
+        counts("failed"),
+        counts("error"),
+        counts("skipped")
+    );
+    let dir = args
+        .report
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_REPORT_DIR));
+    if let Err(e) = write_reports(&dir, args.json.as_deref(), &report, &series) {
+        eprintln!("memreuse-conformance: could not write the report: {e}");
+        return ExitCode::from(1);
+    }
+    if !args.quiet {
+        println!(
+            "report: {}/report.json, {}/report.html",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if report.all_passed_or_skipped() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn write_reports(
+    dir: &Path,
+    json: Option<&Path>,
+    report: &Report,
+    series: &[MemorySeries],
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("report.json"), &text)?;
+    std::fs::write(dir.join("report.html"), render_html(report, series))?;
+    if let Some(path) = json {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, &text)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! The built-in suites: generated schedules plus hand-written edge cases, each declaring
+//! whether the negative control (`--mode unsafe`) must find a reuse race in it.
+
+use crate::generate::{GenOptions, generate};
+use crate::schedule::Schedule;
+use crate::validate::{ValidSchedule, load_str, validate};
+
+/// One schedule of a suite.
+pub struct SuiteEntry {
+    /// The validated schedule and its reference results.
+    pub valid: ValidSchedule,
+    /// Whether the negative control must report a reuse race on it: true exactly when the
+    /// schedule frees a tensor while a collective may still use it and then re-allocates
+    /// and touches that memory from a non-communication op (fsdp, for instance, frees a
+    /// gradient before its reduce_scatter is waited, but the memory is next written by
+    /// an all_gather on the same comm stream, which stream order already protects). CI
+    /// asserts exactly this list.
+    pub negative_control_finds_reuse_race: bool,
+}
+
+/// Names accepted by `--suite`.
+pub const SUITES: &[(&str, &str)] = &[
+    (
+        "builtin",
+        "the default suite: every preset at small sizes, world-size-1 variants, the public examples and hand-written edge cases",
+    ),
+    (
+        "single-device",
+        "the world-size-1 part of `builtin` (what one GPU can run)",
+    ),
+    (
+        "rfc",
+        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2) for 50 iterations",
+    ),
+];
+
+/// Why a suite could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SuiteError {
+    /// No suite of that name.
+    #[error("unknown suite `{0}`; available: builtin, single-device, rfc")]
+    Unknown(String),
+    /// A built-in schedule did not generate or validate (a bug in this crate).
+    #[error("built-in schedule `{name}` is broken: {reason}")]
+    Broken {
+        /// Schedule name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+fn preset(
+    name: &str,
+    rename: Option<&str>,
+    opts: &GenOptions,
+    race: bool,
+) -> Result<SuiteEntry, SuiteError> {
+    let broken = |reason: String| SuiteError::Broken {
+        name: rename.unwrap_or(name).to_owned(),
+        reason,
+    };
+    let mut schedule: Schedule = generate(name, opts).map_err(|e| broken(e.to_string()))?;
+    if let Some(n) = rename {
+        n.clone_into(&mut schedule.name);
+    }
+    let valid = validate(&schedule.name.clone(), &schedule).map_err(|errs| {
+        broken(
+            errs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    })?;
+    Ok(SuiteEntry {
+        valid,
+        negative_control_finds_reuse_race: race,
+    })
+}
+
+fn embedded(file: &str, text: &str, race: bool) -> Result<SuiteEntry, SuiteError> {
+    let valid = load_str(file, text).map_err(|e| SuiteError::Broken {
+        name: file.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(SuiteEntry {
+        valid,
+        negative_control_finds_reuse_race: race,
+    })
+}
+
+fn ws1() -> GenOptions {
+    GenOptions {
+        world_size: Some(1),
+        ..GenOptions::default()
+    }
+}
+
+/// The world-size-1 schedules (a single GPU can run them).
+fn single_device() -> Result<Vec<SuiteEntry>, SuiteError> {
+    Ok(vec![
+        preset("ddp", Some("ddp-ws1"), &ws1(), true),
+        preset("fsdp", Some("fsdp-ws1"), &ws1(), false),
+        preset(
+            "free-before-wait",
+            Some("free-before-wait-ws1"),
+            &ws1(),
+            true,
+        ),
+        embedded(
+            "single-rank-streams.json",
+            include_str!("../suite/single-rank-streams.json"),
+            false,
+        ),
+    ]
+    .into_iter()
+    .collect::<Result<_, _>>()?)
+}
+
+/// Builds suite `name`.
+pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
+    let d = GenOptions::default();
+    match name {
+        "builtin" => {
+            let mut entries: Vec<SuiteEntry> = vec![
+                preset("ddp", None, &d, true),
+                preset("fsdp", None, &d, false),
+                preset("tp", None, &d, false),
+                preset("ep", None, &d, false),
+                preset("pp", None, &d, false),
+                preset(
+                    "moe-mixed",
+                    None,
+                    &GenOptions {
+                        iterations: 1,
+                        ..d.clone()
+                    },
+                    false,
+                ),
+                preset("free-before-wait", None, &d, true),
+                preset("never-wait", None, &d, true),
+                preset("late-wait", None, &d, false),
+                preset("p2p-mode2", None, &d, true),
+                preset("oom-pressure", None, &d, false),
+                embedded(
+                    "e1-ddp-buckets.json",
+                    include_str!("../tests/data/e1-ddp-buckets.json"),
+                    false,
+                ),
+                embedded(
+                    "e2-p2p-batch.json",
+                    include_str!("../tests/data/e2-p2p-batch.json"),
+                    false,
+                ),
+                embedded(
+                    "side-stream-free-before-wait.json",
+                    include_str!("../suite/side-stream-free-before-wait.json"),
+                    true,
+                ),
+                embedded(
+                    "two-inflight-one-tensor.json",
+                    include_str!("../suite/two-inflight-one-tensor.json"),
+                    true,
+                ),
+            ]
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+            entries.extend(single_device()?);
+            Ok(entries)
+        }
+        "single-device" => single_device(),
+        "rfc" => Ok(vec![preset(
+            "moe-mixed",
+            Some("moe-mixed-rfc"),
+            &GenOptions {
+                iterations: 50,
+                ..d
+            },
+            false,
+        )?]),
+        other => Err(SuiteError::Unknown(other.to_owned())),
+    }
+}
