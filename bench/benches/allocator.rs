@@ -11,7 +11,9 @@
 use std::time::Duration;
 
 use criterion::measurement::WallTime;
-use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkGroup, Criterion, SamplingMode, Throughput, criterion_group, criterion_main,
+};
 use memreuse_bench::{
     KIB, MIB, Peer, PeerFn, PeerKind, Trace, TraceSpec, pair, run_trace, with_peer,
 };
@@ -63,7 +65,10 @@ impl PeerFn<(Duration, Option<u64>)> for TraceOnce<'_> {
 fn trace_1m(c: &mut Criterion) {
     let trace = Trace::generate(&TraceSpec::ISSUE_2);
     let mut group = c.benchmark_group("trace_1M");
+    // One run takes 0.3-3 s here: ten flat samples of one run each, not criterion's
+    // linear 1+2+..+10 runs.
     group.sample_size(10);
+    group.sampling_mode(SamplingMode::Flat);
     group.throughput(Throughput::Elements(trace.allocs));
     let mut peaks = Vec::new();
     for kind in PeerKind::ALL {

@@ -98,7 +98,7 @@ fn ws1() -> GenOptions {
 
 /// The world-size-1 schedules (a single GPU can run them).
 fn single_device() -> Result<Vec<SuiteEntry>, SuiteError> {
-    Ok(vec![
+    vec![
         preset("ddp", Some("ddp-ws1"), &ws1(), true),
         preset("fsdp", Some("fsdp-ws1"), &ws1(), false),
         preset(
@@ -114,7 +114,7 @@ fn single_device() -> Result<Vec<SuiteEntry>, SuiteError> {
         ),
     ]
     .into_iter()
-    .collect::<Result<_, _>>()?)
+    .collect::<Result<_, _>>()
 }
 
 /// Builds suite `name`.

@@ -310,7 +310,7 @@ fn step_median(outcomes: &[RankOutcome]) -> Option<f64> {
     steps.sort_by(f64::total_cmp);
     let mid = steps.len() / 2;
     Some(if steps.len() % 2 == 0 {
-        (steps[mid - 1] + steps[mid]) / 2.0
+        f64::midpoint(steps[mid - 1], steps[mid])
     } else {
         steps[mid]
     })

@@ -166,6 +166,7 @@ fn bits_equal(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+#[allow(clippy::needless_pass_by_value)] // used as `map_err(pg_err)`
 fn pg_err(e: PgError) -> String {
     e.to_string()
 }

@@ -15,6 +15,9 @@ use crate::region::MemAccess;
 
 static NEXT_COMM_UID: AtomicU64 = AtomicU64::new(1);
 
+/// `(creation number, ranks)` of a sub-group.
+type SubgroupKey = (u64, Vec<usize>);
+
 /// What every member of one communicator shares: its devices, its collective joint group,
 /// its point-to-point pair groups and the sub-groups created from it.
 pub(crate) struct Family {
@@ -26,7 +29,7 @@ pub(crate) struct Family {
     pairs: Mutex<HashMap<(usize, usize), JointGroup>>,
     /// `(creation number, ranks)` -> the sub-group's family, created by the first member
     /// that asks.
-    subgroups: Mutex<HashMap<(u64, Vec<usize>), Arc<Family>>>,
+    subgroups: Mutex<HashMap<SubgroupKey, Arc<Family>>>,
 }
 
 impl Family {
@@ -167,22 +170,18 @@ impl MockCommunicator {
             .access(access)
             .body(body::send_recv);
         let mut pending = self.pending.lock();
-        match pending.as_mut() {
-            Some(list) => {
-                list.push(PendingP2p {
-                    group,
-                    share,
-                    op,
-                    stream: stream.clone(),
-                });
-                Ok(())
-            }
-            None => {
-                drop(pending);
-                group.submit(share, stream, op)?;
-                Ok(())
-            }
+        if let Some(list) = pending.as_mut() {
+            list.push(PendingP2p {
+                group,
+                share,
+                op,
+                stream: *stream,
+            });
+            return Ok(());
         }
+        drop(pending);
+        group.submit(share, stream, op)?;
+        Ok(())
     }
 }
 
@@ -334,7 +333,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         let Some(first) = list.first() else {
             return Ok(());
         };
-        let stream = first.stream.clone();
+        let stream = first.stream;
         if list.iter().any(|p| p.stream != stream) {
             return Err(bad(
                 "group_end",
@@ -381,17 +380,16 @@ impl Communicator<MockDevice> for MockCommunicator {
         };
         let family = {
             let mut subgroups = self.family.subgroups.lock();
-            match subgroups.get(&(seq, ranks.to_vec())) {
-                Some(f) => Arc::clone(f),
-                None => {
-                    let devices = ranks
-                        .iter()
-                        .map(|&r| self.family.devices[r].clone())
-                        .collect();
-                    let f = Family::new(devices)?;
-                    subgroups.insert((seq, ranks.to_vec()), Arc::clone(&f));
-                    f
-                }
+            if let Some(f) = subgroups.get(&(seq, ranks.to_vec())) {
+                Arc::clone(f)
+            } else {
+                let devices = ranks
+                    .iter()
+                    .map(|&r| self.family.devices[r].clone())
+                    .collect();
+                let f = Family::new(devices)?;
+                subgroups.insert((seq, ranks.to_vec()), Arc::clone(&f));
+                f
             }
         };
         Ok(Some(Box::new(MockCommunicator::new(family, position))))
