@@ -30,7 +30,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
     (
         "rfc",
-        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2) for 50 iterations",
+        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2), 200 steps of 64 KiB shards, and late-wait",
     ),
 ];
 
@@ -169,15 +169,26 @@ pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
             Ok(entries)
         }
         "single-device" => single_device(),
-        "rfc" => Ok(vec![preset(
-            "moe-mixed",
-            Some("moe-mixed-rfc"),
-            &GenOptions {
+        "rfc" => {
+            // The RFC's run is 1000 steps of a real MoE model; on 2 cores we replay 200
+            // steps with 64 KiB shards, plus late-wait, where mode 2 holds memory longer.
+            let rfc = GenOptions {
+                iterations: 200,
+                elems: 16 * 1024,
+                ..d.clone()
+            };
+            let late = GenOptions {
                 iterations: 50,
+                elems: 64 * 1024,
                 ..d
-            },
-            false,
-        )?]),
+            };
+            vec![
+                preset("moe-mixed", Some("moe-mixed-rfc"), &rfc, false),
+                preset("late-wait", Some("late-wait-rfc"), &late, false),
+            ]
+            .into_iter()
+            .collect()
+        }
         other => Err(SuiteError::Unknown(other.to_owned())),
     }
 }
