@@ -4,19 +4,22 @@
 //! policy (DESIGN.md §4) to every tensor its communication touches. The policy is chosen
 //! by [`ProcessGroupBuilder::mode`] or, when unset, by `MULTI_STREAM_MEMORY_REUSE`.
 
+mod builder;
 mod counters;
 mod error;
 mod group;
 pub mod handoff;
 mod mode;
 mod policy;
+mod shared;
 mod shelf;
 mod watchdog;
 mod work;
 
+pub use builder::{PolicyChoice, ProcessGroupBuilder};
 pub use counters::PgStats;
 pub use error::PgError;
-pub use group::{P2pOp, PolicyChoice, ProcessGroup, ProcessGroupBuilder};
+pub use group::{P2pOp, ProcessGroup};
 pub use mode::{
     MULTI_STREAM_MEMORY_REUSE, ReuseMode, ReuseModeError, parse_reuse_mode, reuse_mode_from_env,
 };

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::group::PgShared;
+use super::shared::PgShared;
 use crate::backend::Backend;
 
 /// Handle to a running watchdog thread; dropping it stops and joins the thread.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 
 use super::error::PgError;
-use super::group::PgShared;
+use super::shared::PgShared;
 use super::shelf::TensorShelf;
 use crate::allocator::{BlockRef, WeakStorage};
 use crate::backend::Backend;
