@@ -10,6 +10,14 @@ pub use memreuse_core::*;
 #[cfg(feature = "mock")]
 pub use memreuse_mock as mock;
 
+/// The CUDA backend (cudarc driver + NCCL, loaded at run time), with feature `cuda`.
+#[cfg(feature = "cuda")]
+pub use memreuse_cuda as cuda;
+
+/// The Ascend backend (ACL runtime + HCCL, loaded at run time), with feature `ascend`.
+#[cfg(feature = "ascend")]
+pub use memreuse_ascend as ascend;
+
 /// The variable that names the backend [`open_backend_from_env`] opens.
 pub const MEMREUSE_BACKEND: &str = "MEMREUSE_BACKEND";
 

@@ -10,9 +10,10 @@
 //! - [`Glibc`]: `std::alloc::System` (glibc `malloc`/`free`).
 //!
 //! A "malloc+free pair" is one allocation of `size` bytes and, later, its release:
-//! `CachingAllocator::allocate` + dropping the returned `Storage`; `MemoryManagement::reserve`
-//! + dropping the returned handle (cubecl sees the slot free on its next reservation);
-//! `System.alloc` + `System.dealloc`.
+//! - memreuse: `CachingAllocator::allocate`, then dropping the returned `Storage`;
+//! - cubecl: `MemoryManagement::reserve`, then dropping the returned handle (cubecl sees
+//!   the slot free on its next reservation);
+//! - glibc: `System.alloc`, then `System.dealloc`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -247,7 +248,7 @@ impl PeerKind {
     /// Label in tables and criterion ids.
     pub fn label(self) -> &'static str {
         match self {
-            PeerKind::MemreuseMock => "memreuse/mock(backing=false)",
+            PeerKind::MemreuseMock => "memreuse/mock(no backing, no detector)",
             PeerKind::MemreuseManual => "memreuse/ManualBackend",
             PeerKind::CubeclExclusive => "cubecl-0.11.3/ExclusivePages",
             PeerKind::CubeclAdaptive => "cubecl-0.11.3/Adaptive",
@@ -293,19 +294,28 @@ pub struct Memreuse<B: Backend> {
 }
 
 impl<B: Backend> Memreuse<B> {
-    /// An allocator over `backend`.
+    /// An allocator over `backend` with the default configuration (what the bench uses).
     pub fn new(backend: B) -> Self {
+        Memreuse::with_config(backend, AllocatorConfig::default())
+    }
+
+    /// An allocator over `backend` with `config` (for diagnostics in the `pairs` binary).
+    pub fn with_config(backend: B, config: AllocatorConfig) -> Self {
         let stream = backend.default_stream();
-        let allocator = CachingAllocator::new(Arc::new(backend), AllocatorConfig::default());
+        let allocator = CachingAllocator::new(Arc::new(backend), config);
         Memreuse { allocator, stream }
     }
 }
 
 impl Memreuse<MockDevice> {
-    /// Over a mock device of [`CAPACITY`] bytes with `backing: false`.
+    /// Over a mock device of [`CAPACITY`] bytes with `backing: false` and
+    /// `race_detection: false`: the mock then only hands out addresses, so the figure is
+    /// the allocator's bookkeeping plus the mock's raw malloc/free, not the race detector's
+    /// per-allocation annotations (which no real device does).
     pub fn mock() -> Self {
         let config = MockConfig {
             backing: false,
+            race_detection: false,
             ..MockConfig::with_capacity(CAPACITY)
         };
         Memreuse::new(MockDevice::new(config).expect("mock device"))
@@ -394,7 +404,10 @@ impl ComputeStorage for NullStorage {
         self.allocated += size;
         self.peak = self.peak.max(self.allocated);
         self.allocs += 1;
-        Ok(StorageHandle::new(id, StorageUtilization { offset: 0, size }))
+        Ok(StorageHandle::new(
+            id,
+            StorageUtilization { offset: 0, size },
+        ))
     }
 
     fn dealloc(&mut self, id: StorageId) {
@@ -532,7 +545,9 @@ pub fn run_trace<P: Peer>(peer: &mut P, trace: &Trace) -> Duration {
                 slots[slot as usize] = Some(h);
             }
             Op::Free { slot } => {
-                let h = slots[slot as usize].take().expect("trace frees a live slot");
+                let h = slots[slot as usize]
+                    .take()
+                    .expect("trace frees a live slot");
                 peer.free(h);
             }
         }
@@ -540,4 +555,87 @@ pub fn run_trace<P: Peer>(peer: &mut P, trace: &Trace) -> Duration {
     let elapsed = t.elapsed();
     debug_assert!(slots.iter().all(Option::is_none));
     elapsed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_spec() -> TraceSpec {
+        TraceSpec {
+            ops: 20_000,
+            ..TraceSpec::ISSUE_2
+        }
+    }
+
+    #[test]
+    fn trace_is_deterministic_and_well_formed() {
+        let spec = small_spec();
+        let t = Trace::generate(&spec);
+        assert_eq!(t.ops, Trace::generate(&spec).ops);
+        let mut live = vec![None; t.slots];
+        let (mut n_live, mut max_live, mut bytes, mut peak, mut allocs) = (0, 0, 0, 0, 0);
+        for op in &t.ops {
+            match *op {
+                Op::Alloc { slot, size } => {
+                    assert!(live[slot as usize].is_none());
+                    let small = (spec.small.0..=spec.small.1).contains(&size);
+                    let large = (spec.large.0..=spec.large.1).contains(&size);
+                    assert!(small || large, "size {size} out of range");
+                    live[slot as usize] = Some(size);
+                    n_live += 1;
+                    allocs += 1;
+                    bytes += size;
+                    max_live = max_live.max(n_live);
+                    peak = peak.max(bytes);
+                }
+                Op::Free { slot } => {
+                    bytes -= live[slot as usize].take().expect("free of a live slot");
+                    n_live -= 1;
+                }
+            }
+        }
+        assert_eq!(n_live, 0);
+        assert_eq!(max_live, spec.max_live);
+        assert_eq!(allocs, t.allocs);
+        assert_eq!(peak, t.live_peak_bytes);
+        assert!(
+            t.ops.len() - spec.ops <= spec.max_live,
+            "drain frees at most max_live"
+        );
+    }
+
+    struct Check<'a>(&'a Trace);
+
+    impl PeerFn<()> for Check<'_> {
+        fn call<P: Peer>(self, mut peer: P) {
+            for size in [4 * KIB, 2 * MIB] {
+                pair(&mut peer, size);
+            }
+            run_trace(&mut peer, self.0);
+            if let Some(peak) = peer.reserved_peak() {
+                assert!(peak >= self.0.live_peak_bytes, "peak below the live bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn every_peer_runs_the_trace() {
+        let t = Trace::generate(&small_spec());
+        for kind in PeerKind::ALL {
+            with_peer(kind, Check(&t));
+        }
+    }
+
+    #[test]
+    fn null_storage_tracks_bytes() {
+        let mut s = NullStorage::default();
+        let a = s.alloc(100).unwrap();
+        let b = s.alloc(50).unwrap();
+        assert_eq!(s.bytes_allocated(), 150);
+        s.dealloc(a.id);
+        assert_eq!((s.bytes_allocated(), s.peak()), (50, 150));
+        assert_ne!(s.get(&b).unwrap(), 0);
+        assert_eq!(s.counts(), (2, 1));
+    }
 }

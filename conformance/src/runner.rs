@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::RunArgs;
-use crate::replay::{ModeChoice, ReplayOptions, replay};
+use crate::replay::{
+    Artifact, ArtifactLink, ModeChoice, ReplayOptions, RunArtifacts, relative_href, replay,
+};
 use crate::report::{MemorySeries, Report, RunRecord, render_html, render_table};
 use crate::suite::{SuiteEntry, suite};
 use crate::validate::load;
@@ -133,11 +135,6 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.snapshot_dir.is_some() || args.trace_dir.is_some() {
-        eprintln!(
-            "memreuse-conformance: --snapshot-dir and --trace-dir are accepted but not written yet (snapshot/timeline export is not implemented in this version)"
-        );
-    }
     let total = (plan.entries.len() * plan.backends.len() * plan.modes.len()) as u64;
     let bar = if args.quiet || !std::io::stderr().is_terminal() {
         ProgressBar::hidden()
@@ -151,6 +148,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let started = Instant::now();
     let mut report = Report::new();
     let mut series: Vec<MemorySeries> = Vec::new();
+    let mut files: Vec<(String, String, String, Vec<Artifact>)> = Vec::new();
     for entry in &plan.entries {
         let schedule = &entry.valid.schedule;
         for backend in &plan.backends {
@@ -165,6 +163,8 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 options.seed = args.seed;
                 options.deterministic = args.deterministic;
                 options.timeout = Duration::from_secs(60);
+                options.snapshot_dir.clone_from(&args.snapshot_dir);
+                options.trace_dir.clone_from(&args.trace_dir);
                 let outcome = if memreuse::find_backend(backend).is_none() {
                     let feature = memreuse::KNOWN_BACKENDS
                         .iter()
@@ -183,10 +183,27 @@ pub fn run(args: &RunArgs) -> ExitCode {
                         ),
                         series: MemorySeries::default(),
                         races: Vec::new(),
+                        artifacts: Vec::new(),
+                        artifact_errors: Vec::new(),
                     }
                 } else {
                     replay(schedule, &entry.valid.reference, &options)
                 };
+                for e in &outcome.artifact_errors {
+                    eprintln!(
+                        "memreuse-conformance: {} on {backend} mode {}: could not write {e}",
+                        schedule.name,
+                        mode.name()
+                    );
+                }
+                if !outcome.artifacts.is_empty() {
+                    files.push((
+                        schedule.name.clone(),
+                        backend.clone(),
+                        mode.name(),
+                        outcome.artifacts,
+                    ));
+                }
                 let mut record = outcome.record;
                 if plan.builtin && mode == ModeChoice::Unsafe {
                     record.negative_control_expects_reuse_race =
@@ -222,7 +239,18 @@ pub fn run(args: &RunArgs) -> ExitCode {
         .report
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_REPORT_DIR));
-    if let Err(e) = write_reports(&dir, args.json.as_deref(), &report, &series) {
+    let links = artifact_links(&dir, files);
+    if !args.quiet {
+        for (flag, d) in [
+            ("snapshots", &args.snapshot_dir),
+            ("timelines", &args.trace_dir),
+        ] {
+            if let Some(d) = d {
+                println!("{flag}: {}", d.display());
+            }
+        }
+    }
+    if let Err(e) = write_reports(&dir, args.json.as_deref(), &report, &series, &links) {
         eprintln!("memreuse-conformance: could not write the report: {e}");
         return ExitCode::from(1);
     }
@@ -240,16 +268,48 @@ pub fn run(args: &RunArgs) -> ExitCode {
     }
 }
 
+/// Links from the report directory to every file a run wrote, snapshots first.
+fn artifact_links(
+    dir: &Path,
+    files: Vec<(String, String, String, Vec<Artifact>)>,
+) -> Vec<RunArtifacts> {
+    files
+        .into_iter()
+        .map(|(schedule, backend, mode, mut artifacts)| {
+            let order = |k: &str| {
+                ["snapshot", "timeline", "metrics"]
+                    .iter()
+                    .position(|x| *x == k)
+            };
+            artifacts.sort_by_key(|a| (order(a.kind), a.rank));
+            RunArtifacts {
+                schedule,
+                backend,
+                mode,
+                links: artifacts
+                    .iter()
+                    .map(|a| ArtifactLink {
+                        kind: a.kind,
+                        rank: a.rank,
+                        href: relative_href(dir, &a.path),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
 fn write_reports(
     dir: &Path,
     json: Option<&Path>,
     report: &Report,
     series: &[MemorySeries],
+    links: &[RunArtifacts],
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("report.json"), &text)?;
-    std::fs::write(dir.join("report.html"), render_html(report, series))?;
+    std::fs::write(dir.join("report.html"), render_html(report, series, links))?;
     if let Some(path) = json {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)?;

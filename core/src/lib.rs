@@ -6,6 +6,8 @@
 //!   run time): one device, its streams, events and stream-ordered operations.
 //! - The caching allocator (`allocator`): per-stream pools, split/merge, `record_stream`
 //!   with pending-free events, per-work stream uses, OOM retry chain, stats and snapshots.
+//! - [`store`]: a small TCP key-value store and torchrun's launch variables, through which
+//!   multi-process jobs share the NCCL unique id (or HCCL root info).
 
 pub mod allocator;
 mod backend;
@@ -13,9 +15,11 @@ pub mod comm;
 mod dyn_backend;
 mod error;
 mod ids;
+pub mod observe;
 pub mod process_group;
 mod race;
 mod registry;
+pub mod store;
 mod sync;
 pub mod testing;
 mod world;

@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{MIB, check_identities, setup, setup_with, within};
-use memreuse_core::allocator::TraceAction;
+use common::{MIB, check_identities, setup, setup_traced_with, setup_with, within};
+use memreuse_core::allocator::{DEFAULT_TRACE_CAPACITY, TraceAction};
 use memreuse_core::testing::ManualBackend;
 use memreuse_core::{AllocError, BackendError, OomInfo, Storage};
 use parking_lot::Mutex;
@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 #[test]
 fn oom_error_carries_the_numbers_and_observers_run_without_the_lock() {
     within(20, || {
-        let (backend, alloc, [s0, ..]) = setup_with(16 * MIB, "");
+        let (backend, alloc, [s0, ..]) = setup_traced_with(16 * MIB, "", DEFAULT_TRACE_CAPACITY);
         let held = alloc.allocate(12 * MIB, &s0).unwrap();
         let seen: Arc<Mutex<Vec<(OomInfo, u64)>>> = Arc::default();
         let (seen2, weak) = (Arc::clone(&seen), Arc::downgrade(&alloc));

@@ -4,8 +4,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{MIB, block_state, check_identities, check_tiling, setup, setup_with};
-use memreuse_core::allocator::{BlockState, SegmentType, TraceAction};
+use common::{
+    MIB, block_state, check_identities, check_tiling, setup, setup_traced_with, setup_with,
+};
+use memreuse_core::allocator::{self, BlockState, SegmentType, TraceAction};
 use memreuse_core::testing::ManualBackend;
 use memreuse_core::{AllocatorConfig, Backend, CachingAllocator};
 
@@ -102,7 +104,8 @@ fn rule10_stats_follow_pytorch_semantics() {
 
 #[test]
 fn rule11_snapshot_blocks_tile_segments_with_pytorch_names() {
-    let (_backend, alloc, [s0, s1, _]) = setup();
+    let (_backend, alloc, [s0, s1, _]) =
+        setup_traced_with(1 << 40, "", allocator::DEFAULT_TRACE_CAPACITY);
     let a = alloc.allocate(1000, &s0).unwrap();
     let b = alloc.allocate(3000, &s0).unwrap();
     let c = alloc.allocate(5 * MIB, &s1).unwrap();
@@ -179,7 +182,12 @@ fn rule11_trace_is_a_bounded_ring_buffer() {
             TraceAction::Snapshot
         ]
     );
-    assert_eq!(AllocatorConfig::default().trace_capacity, 16384);
+    // Off by default, as PyTorch's `_record_memory_history`: no entries, not even for a
+    // snapshot.
+    assert_eq!(AllocatorConfig::default().trace_capacity, 0);
+    let (_backend, untraced, [s0, ..]) = setup();
+    drop(untraced.allocate(1000, &s0).unwrap());
+    assert!(untraced.snapshot().traces.is_empty());
 }
 
 #[test]

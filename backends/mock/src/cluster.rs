@@ -61,6 +61,7 @@ impl MockCluster {
             driving: false,
             shutdown: false,
             trace: Vec::new(),
+            race_detection: config.race_detection,
         };
         let core = Arc::new(Core {
             world: Mutex::new(world),

@@ -34,6 +34,14 @@ pub struct MockConfig {
     pub joint_timeout: Duration,
     /// At most this many race reports are kept per device (later ones are counted only).
     pub max_race_reports: usize,
+    /// `true` (the default): the happens-before race detector records every op's accesses
+    /// and `annotate_allocation` tags byte ranges with their allocator hand-out, so races
+    /// and reuse races are reported. `false` is **for benchmarks only**: no access history,
+    /// no annotations (`annotate_allocation` returns without taking the device lock), so a
+    /// benchmark of an allocator over the mock measures the allocator's bookkeeping, not
+    /// the detector's. Races then go unreported; never turn it off in a test of
+    /// race-freedom.
+    pub race_detection: bool,
     /// Keep a log of executed ops ([`crate::MockDevice::execution_trace`]), capped at this
     /// many entries per cluster; 0 disables it.
     pub trace_capacity: usize,
@@ -52,6 +60,7 @@ impl Default for MockConfig {
             sync_timeout: Duration::from_secs(120),
             joint_timeout: Duration::from_secs(60),
             max_race_reports: 1000,
+            race_detection: true,
             trace_capacity: 0,
             first_device_index: 0,
         }

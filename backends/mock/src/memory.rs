@@ -245,8 +245,18 @@ pub(crate) struct Annotations(BTreeMap<u64, (u64, AllocationId)>);
 
 impl Annotations {
     /// `[start, end)` now belongs to `id`; overlapped parts of older intervals are cut away.
+    /// Allocates nothing beyond the map's own nodes.
     pub(crate) fn annotate(&mut self, start: u64, end: u64, id: AllocationId) {
         if start >= end {
+            return;
+        }
+        // The common case: a cached block handed out again at the same address and size.
+        // Intervals are disjoint, so one that starts at `start` and ends at `end` is the
+        // only one touching the range: relabel it in place.
+        if let Some(v) = self.0.get_mut(&start)
+            && v.0 == end
+        {
+            v.1 = id;
             return;
         }
         // An interval that begins before `start` and reaches into it keeps its head.
@@ -258,11 +268,11 @@ impl Annotations {
                 self.0.insert(end, (e, old));
             }
         }
-        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
-        for s in inside {
-            if let Some((e, old)) = self.0.remove(&s)
-                && e > end
-            {
+        // Intervals beginning inside the range go, one at a time (no collected list); a
+        // tail reaching past `end` is re-inserted at `end`, outside the scanned range.
+        while let Some((&s, &(e, old))) = self.0.range(start..end).next() {
+            self.0.remove(&s);
+            if e > end {
                 self.0.insert(end, (e, old));
             }
         }
@@ -296,6 +306,20 @@ mod tests {
         a.annotate(0, 100, AllocationId(3));
         assert_eq!(a.0.len(), 1);
         assert_eq!(a.owner(50), Some(AllocationId(3)));
+        // Same range again: relabelled in place.
+        a.annotate(0, 100, AllocationId(4));
+        assert_eq!(a.0.len(), 1);
+        assert_eq!(a.owner(99), Some(AllocationId(4)));
+        // A range covering several intervals and cutting the last one.
+        a.annotate(0, 10, AllocationId(5));
+        a.annotate(10, 20, AllocationId(6));
+        a.annotate(5, 15, AllocationId(7));
+        assert_eq!(a.owner(4), Some(AllocationId(5)));
+        assert_eq!(a.owner(5), Some(AllocationId(7)));
+        assert_eq!(a.owner(14), Some(AllocationId(7)));
+        assert_eq!(a.owner(15), Some(AllocationId(6)));
+        assert_eq!(a.owner(20), Some(AllocationId(4)));
+        assert_eq!(a.owner(99), Some(AllocationId(4)));
     }
 
     #[test]

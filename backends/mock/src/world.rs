@@ -55,6 +55,8 @@ pub(crate) struct World {
     pub driving: bool,
     pub shutdown: bool,
     pub trace: Vec<ExecutedOp>,
+    /// [`MockConfig::race_detection`]: when false, ops record no access history.
+    pub race_detection: bool,
 }
 
 /// Per-device state.
@@ -226,6 +228,9 @@ impl World {
             desc,
             stream: StreamId(s as u64),
         });
+        if !self.race_detection {
+            return info;
+        }
         let recorded: Vec<(u64, Access)> = accesses
             .iter()
             .filter(|(span, _)| span.len > 0)

@@ -225,3 +225,22 @@ fn history_stays_bounded_over_thousands_of_ops() {
         "4 streams touching the same blocks unsynchronized"
     );
 }
+
+#[test]
+fn race_detection_off_records_nothing_but_still_validates() {
+    // The benchmark-only switch: the same planted reuse race goes unreported, and nothing
+    // else changes (ranges are still validated, data still moves).
+    let dev = common::device_with(|c| c.race_detection = false);
+    let a = dev.default_stream();
+    let b = dev.create_stream().unwrap();
+    let x = dev.malloc(4096).unwrap();
+    dev.annotate_allocation(x, 512, AllocationId(1));
+    dev.memset_zero(x, 512, &a).unwrap();
+    dev.annotate_allocation(x, 512, AllocationId(2));
+    dev.copy_host_to_device(x, &[1; 512], &b).unwrap();
+    assert!(dev.copy_host_to_device(x, &[1; 8192], &b).is_err());
+    dev.synchronize_device().unwrap();
+    dev.copy_host_to_device(x, &[2; 4], &b).unwrap();
+    assert_eq!(common::read(&dev, x, 4, &b), [2; 4]);
+    assert!(dev.race_reports().unwrap().is_empty());
+}

@@ -1,8 +1,18 @@
 //! Runs one peer alone, for profilers (perf, callgrind):
 //! `pairs <peer-id> <size-bytes|trace> [pairs]`, e.g. `pairs memreuse_mock 4096 1000000`.
-//! Peer ids: memreuse_mock, memreuse_manual, cubecl_exclusive, cubecl_adaptive, glibc.
+//! Peer ids: memreuse_mock, memreuse_manual, cubecl_exclusive, cubecl_adaptive, glibc;
+//! diagnostics only (not in the table): memreuse_manual_traced (allocator trace ring buffer
+//! on, `DEFAULT_TRACE_CAPACITY` entries; it is off by default), memreuse_mock_detector (the
+//! mock with its race detector on, as tests run it; the table's mock has it off),
+//! memreuse_manual_eager (lazy coalescing off: every free merges at once, as in PyTorch).
 
-use memreuse_bench::{Peer, PeerFn, PeerKind, Trace, TraceSpec, run_trace, time_pairs, with_peer};
+use memreuse_bench::{
+    CAPACITY, Memreuse, Peer, PeerFn, PeerKind, Trace, TraceSpec, run_trace, time_pairs, with_peer,
+};
+use memreuse_core::AllocatorConfig;
+use memreuse_core::allocator::DEFAULT_TRACE_CAPACITY;
+use memreuse_core::testing::ManualBackend;
+use memreuse_mock::{MockConfig, MockDevice};
 
 struct Job {
     size: Option<u64>,
@@ -35,15 +45,37 @@ impl PeerFn<()> for Job {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let kind = PeerKind::ALL
-        .into_iter()
-        .find(|k| Some(k.id()) == args.first().map(String::as_str))
-        .expect("first argument: a peer id");
+    let id = args.first().map_or("", String::as_str);
     let size = match args.get(1).map(String::as_str) {
         Some("trace") => None,
         Some(s) => Some(s.parse().expect("size in bytes")),
         None => Some(4096),
     };
     let n = args.get(2).map_or(1_000_000, |s| s.parse().expect("count"));
-    with_peer(kind, Job { size, n });
+    let job = Job { size, n };
+    match id {
+        "memreuse_manual_traced" => {
+            let traced = AllocatorConfig::default().with_trace_capacity(DEFAULT_TRACE_CAPACITY);
+            job.call(Memreuse::with_config(ManualBackend::new(CAPACITY), traced));
+        }
+        "memreuse_manual_eager" => {
+            let m = Memreuse::new(ManualBackend::new(CAPACITY));
+            m.allocator.set_lazy_coalescing(false);
+            job.call(m);
+        }
+        "memreuse_mock_detector" => {
+            let config = MockConfig {
+                backing: false,
+                ..MockConfig::with_capacity(CAPACITY)
+            };
+            job.call(Memreuse::new(MockDevice::new(config).expect("mock device")));
+        }
+        _ => {
+            let kind = PeerKind::ALL
+                .into_iter()
+                .find(|k| k.id() == id)
+                .expect("first argument: a peer id");
+            with_peer(kind, job);
+        }
+    }
 }

@@ -191,18 +191,13 @@ fn main() {
         mib(trace.live_peak_bytes),
         ratio(trace.live_peak_bytes as f64, base_peak as f64)
     );
-    println!("\nratios: peer / memreuse over the mock (backing=false).");
+    println!("\nratios: peer / memreuse over the mock (no backing, no race detector).");
 
     // Issue-2 target: memreuse >= 2x faster than cubecl's fastest configuration, and a
     // lower reserved peak than its most memory-efficient one.
     let cubecl: Vec<&Row> = rows
         .iter()
-        .filter(|r| {
-            matches!(
-                r.kind,
-                PeerKind::CubeclExclusive | PeerKind::CubeclAdaptive
-            )
-        })
+        .filter(|r| matches!(r.kind, PeerKind::CubeclExclusive | PeerKind::CubeclAdaptive))
         .collect();
     let labels = ["(a) 4 KiB", "(a) 2 MiB"];
     for (i, label) in labels.iter().enumerate() {
@@ -211,20 +206,32 @@ fn main() {
             "target {label}: fastest cubecl {best:.1} ns vs memreuse/mock {:.1} ns -> {:.2}x ({})",
             base_a[i],
             best / base_a[i],
-            if best / base_a[i] >= 2.0 { "met" } else { "NOT met" }
+            if best / base_a[i] >= 2.0 {
+                "met"
+            } else {
+                "NOT met"
+            }
         );
     }
     let best_b = cubecl.iter().map(|r| r.b_ns).fold(f64::INFINITY, f64::min);
     println!(
         "target (b) speed: fastest cubecl {best_b:.1} ns vs memreuse/mock {base_b:.1} ns -> {:.2}x ({})",
         best_b / base_b,
-        if best_b / base_b >= 2.0 { "met" } else { "NOT met" }
+        if best_b / base_b >= 2.0 {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
     let best_peak = cubecl.iter().filter_map(|r| r.b_peak).min().unwrap();
     println!(
         "target (b) peak: most memory-efficient cubecl {} MiB vs memreuse/mock {} MiB ({})",
         mib(best_peak),
         mib(base_peak),
-        if base_peak < best_peak { "met" } else { "NOT met" }
+        if base_peak < best_peak {
+            "met"
+        } else {
+            "NOT met"
+        }
     );
 }

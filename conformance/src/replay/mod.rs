@@ -2,8 +2,10 @@
 //! the real `ProcessGroup` and caching allocator in one reuse mode, and compares every
 //! `check` bit for bit with the reference interpreter.
 
+mod capture;
 mod rank;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use memreuse_core::{BackendOptions, RaceKind, RaceReport, WorldOptions, find_backend, find_world};
@@ -12,6 +14,9 @@ use crate::reference::Reference;
 use crate::report::{MemorySeries, RaceCounts, RunRecord, RunStatus};
 use crate::schedule::Schedule;
 
+pub use capture::{
+    Artifact, ArtifactLink, CAPTURE_TRACE_CAPACITY, RunArtifacts, artifact_stem, relative_href,
+};
 pub use rank::RankOutcome;
 
 /// Which policy a run uses: a public mode or the negative control.
@@ -67,6 +72,10 @@ pub struct ReplayOptions {
     pub deterministic: bool,
     /// How long a communication op waits for a missing peer.
     pub timeout: Duration,
+    /// Write one memory snapshot (PyTorch viewer pickle) per rank here.
+    pub snapshot_dir: Option<PathBuf>,
+    /// Write one Chrome-trace timeline and one metrics exposition per rank here.
+    pub trace_dir: Option<PathBuf>,
 }
 
 impl ReplayOptions {
@@ -79,6 +88,8 @@ impl ReplayOptions {
             seed: None,
             deterministic: false,
             timeout: Duration::from_secs(60),
+            snapshot_dir: None,
+            trace_dir: None,
         }
     }
 }
@@ -95,6 +106,10 @@ pub struct ReplayOutcome {
     pub series: MemorySeries,
     /// Every race report, in words.
     pub races: Vec<String>,
+    /// Files written for `--snapshot-dir` / `--trace-dir`, by rank.
+    pub artifacts: Vec<Artifact>,
+    /// Files that could not be written.
+    pub artifact_errors: Vec<String>,
 }
 
 /// Replays `schedule` (already validated; `reference` is its reference result).
@@ -122,6 +137,8 @@ pub fn replay(
         ),
         series: series.clone(),
         races: Vec::new(),
+        artifacts: Vec::new(),
+        artifact_errors: Vec::new(),
     };
     let Some(registration) = find_backend(&options.backend) else {
         return skipped(format!(
@@ -176,6 +193,8 @@ pub fn replay(
                 record,
                 series,
                 races: Vec::new(),
+                artifacts: Vec::new(),
+                artifact_errors: Vec::new(),
             };
         }
     };
@@ -243,7 +262,15 @@ pub fn replay(
 
     let mut errors = Vec::new();
     let mut checks: Vec<Vec<Vec<f32>>> = Vec::new();
+    let mut artifacts = Vec::new();
+    let mut artifact_errors = Vec::new();
     for o in &outcomes {
+        artifacts.extend(o.artifacts.iter().cloned());
+        artifact_errors.extend(
+            o.artifact_errors
+                .iter()
+                .map(|e| format!("rank {}: {e}", o.rank)),
+        );
         record.mismatches += o.mismatches;
         record.leaked_bytes += o.leaked_bytes;
         record.peak_allocated_bytes = record.peak_allocated_bytes.max(o.peak_allocated_bytes);
@@ -285,6 +312,8 @@ pub fn replay(
         record,
         series,
         races,
+        artifacts,
+        artifact_errors,
     }
 }
 

@@ -5,11 +5,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use memreuse_core::allocator::{AllocatorConfig, CachingAllocator, Storage};
+use memreuse_core::allocator::{CachingAllocator, Storage};
 use memreuse_core::comm::ReduceOp as CommReduce;
-use memreuse_core::process_group::{P2pOp, PgError, ProcessGroup, Work};
-use memreuse_core::{AnyBackend, Backend, DevicePtr, DynStream, RankEndpoint};
+use memreuse_core::observe::{DeviceMetrics, GroupMetrics, MetricsReport};
+use memreuse_core::process_group::{P2pOp, PgError, ProcessGroup, Work, WorkSpan};
+use memreuse_core::{AnyBackend, Backend, DevicePtr, DynStream, RankEndpoint, StreamId};
 
+use super::capture::{Artifact, Capture, artifact_stem};
 use super::{ModeChoice, ReplayOptions};
 use crate::schedule::{BatchMember, OpKind, Phase, ReduceOp, Schedule, Step, Topology, WORLD};
 
@@ -50,6 +52,10 @@ pub struct RankOutcome {
     pub iteration_ms: Vec<f64>,
     /// Why the rank stopped early.
     pub error: Option<String>,
+    /// Snapshot, timeline and metrics files written (`--snapshot-dir`, `--trace-dir`).
+    pub artifacts: Vec<Artifact>,
+    /// Files that could not be written.
+    pub artifact_errors: Vec<String>,
 }
 
 impl RankOutcome {
@@ -99,7 +105,11 @@ pub(crate) fn run_rank(
         ..RankOutcome::default()
     };
     let backend = endpoint.backend.clone();
-    let allocator = CachingAllocator::new(Arc::new(backend.clone()), AllocatorConfig::default());
+    let allocator = CachingAllocator::new(
+        Arc::new(backend.clone()),
+        Capture::allocator_config(options),
+    );
+    let mut capture = Capture::new(options);
     let mut state = match RankState::new(schedule, endpoint, Arc::clone(&allocator), options) {
         Ok(s) => s,
         Err(e) => return RankOutcome::failed(rank, e),
@@ -138,6 +148,9 @@ pub(crate) fn run_rank(
             let s = state.allocator.stats();
             out.series
                 .push((s.allocated_bytes.current, s.reserved_bytes.current));
+            if let Some(c) = capture.as_mut() {
+                c.after_step(&state.allocator, &s, step.phase);
+            }
         }
         if let Some((_, t)) = iteration_started.take() {
             out.iteration_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -146,6 +159,14 @@ pub(crate) fn run_rank(
     })();
     if let Err(e) = result {
         out.error = Some(e);
+    }
+    if let Some(c) = capture {
+        let mode = options.mode.name();
+        let stem = artifact_stem(&schedule.name, &options.backend, &mode, rank);
+        let (spans, metrics) = state.observations();
+        let (files, errors) = c.finish(&stem, rank, &allocator, &spans, &metrics);
+        out.artifacts = files;
+        out.artifact_errors = errors;
     }
     let pg_stats = state.shutdown();
     let stats = allocator.stats();
@@ -482,6 +503,32 @@ impl<'s> RankState<'s> {
         }
         let _ = self.schedule;
         Ok(None)
+    }
+
+    /// Every group's finished work spans (with its comm stream) and the metrics of the
+    /// allocator and groups, for `--trace-dir`.
+    fn observations(&self) -> (Vec<(StreamId, Vec<WorkSpan>)>, MetricsReport) {
+        let mut named: Vec<(String, &ProcessGroup<B>)> = Vec::new();
+        if let Some(w) = &self.world {
+            named.push((WORLD.to_owned(), w));
+        }
+        let mut subs: Vec<_> = self.groups.iter().collect();
+        subs.sort_by(|a, b| a.0.cmp(b.0));
+        for ((name, index), pg) in subs {
+            named.push((format!("{name}[{index}]"), pg));
+        }
+        let spans = named
+            .iter()
+            .map(|(_, pg)| (self.backend.stream_id(pg.comm_stream()), pg.work_spans()))
+            .collect();
+        let report = MetricsReport {
+            devices: vec![DeviceMetrics::collect(self.allocator.as_ref())],
+            groups: named
+                .iter()
+                .map(|(name, pg)| GroupMetrics::collect(pg, name))
+                .collect(),
+        };
+        (spans, report)
     }
 
     /// Drops works and tensors, shuts the groups down (sub-groups first), waits for the

@@ -7,6 +7,7 @@ use plotters::prelude::*;
 
 use super::human_bytes;
 use super::json::Report;
+use crate::replay::RunArtifacts;
 
 /// Memory over one run: for each rank, `(allocated, reserved)` bytes after every op the
 /// rank executed, in its program order.
@@ -111,8 +112,32 @@ fn plot(series: &MemorySeries) -> Option<String> {
     Some(svg)
 }
 
-/// Renders the whole report as one self-contained HTML page.
-pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
+/// The links of one run: `snapshot: r0 r1 · timeline: r0 · metrics: r0`.
+fn artifact_cell(files: Option<&RunArtifacts>) -> String {
+    let Some(files) = files else {
+        return String::new();
+    };
+    let mut cell = String::new();
+    for kind in ["snapshot", "timeline", "metrics"] {
+        let links: Vec<String> = files
+            .links
+            .iter()
+            .filter(|l| l.kind == kind)
+            .map(|l| format!("<a href=\"{}\">r{}</a>", escape(&l.href), l.rank))
+            .collect();
+        if !links.is_empty() {
+            if !cell.is_empty() {
+                cell.push_str(" &middot; ");
+            }
+            let _ = write!(cell, "{kind}: {}", links.join(" "));
+        }
+    }
+    cell
+}
+
+/// Renders the whole report as one self-contained HTML page; `artifacts` are the files of
+/// `--snapshot-dir` / `--trace-dir`, linked from each run's row.
+pub fn render_html(report: &Report, series: &[MemorySeries], artifacts: &[RunArtifacts]) -> String {
     let mut out = String::new();
     out.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>memreuse conformance report</title>\n");
     out.push_str("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l{text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}</style>\n");
@@ -123,6 +148,10 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
         report.runs.len(),
         escape(&report.tool_version)
     );
+    let has_files = !artifacts.is_empty();
+    if has_files {
+        out.push_str("<p>Files per run and rank: <b>snapshot</b> opens in PyTorch's memory viewer (<code>python -m torch.cuda._memory_viz trace_plot FILE -o out.html</code>, or drop it on pytorch.org/memory_viz), <b>timeline</b> in ui.perfetto.dev or chrome://tracing, <b>metrics</b> is the Prometheus exposition after the last op.</p>\n");
+    }
     let mut schedules: Vec<&str> = Vec::new();
     for r in &report.runs {
         if !schedules.contains(&r.schedule.as_str()) {
@@ -131,7 +160,12 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
     }
     for name in schedules {
         let _ = writeln!(out, "<h2>{}</h2>", escape(name));
-        out.push_str("<table><tr><th>backend</th><th>mode</th><th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th></tr>\n");
+        out.push_str("<table><tr><th>backend</th><th>mode</th><th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th>");
+        out.push_str(if has_files {
+            "<th>files</th></tr>\n"
+        } else {
+            "</tr>\n"
+        });
         for r in report.runs.iter().filter(|r| r.schedule == name) {
             let races = r.races.map_or_else(
                 || "n/a".to_owned(),
@@ -144,7 +178,7 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
                 .unwrap_or("");
             let _ = writeln!(
                 out,
-                "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"l {}\">{} {}</td></tr>",
+                "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"l {}\">{} {}</td>{}</tr>",
                 escape(&r.backend),
                 escape(&r.mode),
                 human_bytes(r.peak_reserved_bytes),
@@ -160,6 +194,14 @@ pub fn render_html(report: &Report, series: &[MemorySeries]) -> String {
                 r.status.as_str(),
                 r.status.as_str(),
                 escape(detail),
+                if has_files {
+                    let files = artifacts.iter().find(|a| {
+                        a.schedule == r.schedule && a.backend == r.backend && a.mode == r.mode
+                    });
+                    format!("<td class=l>{}</td>", artifact_cell(files))
+                } else {
+                    String::new()
+                },
             );
         }
         out.push_str("</table>\n");
@@ -211,9 +253,44 @@ mod tests {
             mode: "2".into(),
             per_rank: vec![vec![(0, 0), (1 << 20, 2 << 20), (0, 2 << 20)]],
         };
-        let page = render_html(&report, &[series]);
+        let page = render_html(&report, &[series], &[]);
         assert!(page.contains("<h2>a&lt;b</h2>"));
         assert_eq!(page.matches("<svg").count(), 1, "one plot");
         assert!(page.contains("reserved") && page.contains("allocated"));
+    }
+
+    #[test]
+    fn rows_link_the_files_of_their_run() {
+        use crate::replay::{ArtifactLink, RunArtifacts};
+        let mut report = Report::new();
+        report.runs.push(RunRecord::empty("s", "mock", "0", 2, 1));
+        report.runs.push(RunRecord::empty("s", "mock", "1", 2, 1));
+        let files = RunArtifacts {
+            schedule: "s".into(),
+            backend: "mock".into(),
+            mode: "0".into(),
+            links: vec![
+                ArtifactLink {
+                    kind: "snapshot",
+                    rank: 1,
+                    href: "../snap/s__mock__mode-0__rank1.pickle".into(),
+                },
+                ArtifactLink {
+                    kind: "timeline",
+                    rank: 0,
+                    href: "t&x.json".into(),
+                },
+            ],
+        };
+        let page = render_html(&report, &[], &[files]);
+        assert!(page.contains("<th>files</th>"));
+        assert!(page.contains(
+            "snapshot: <a href=\"../snap/s__mock__mode-0__rank1.pickle\">r1</a> &middot; timeline: <a href=\"t&amp;x.json\">r0</a>"
+        ));
+        assert_eq!(
+            page.matches("<td class=l></td></tr>").count(),
+            1,
+            "mode 1 has none"
+        );
     }
 }

@@ -80,6 +80,12 @@ pub(crate) struct Block<B: Backend> {
     pub events: Vec<(StreamId, B::Event)>,
     /// Malloc count when the block entered the pool (its GC age is measured from here).
     pub gc_base: u64,
+    /// Free but parked in the allocator's bin of recently freed blocks instead of its pool,
+    /// not merged with its neighbours yet (see `bins.rs`). Only meaningful while `Free`.
+    pub parked: bool,
+    /// In its pool's ordered set (maintained by `State::pool_insert`/`pool_remove`), so that
+    /// a free block in transit, in neither pool nor bin, is never taken for a pooled one.
+    pub pooled: bool,
 }
 
 impl<B: Backend> Block<B> {
@@ -139,6 +145,8 @@ impl<B: Backend> Slab<B> {
                 uses: Vec::new(),
                 events: Vec::new(),
                 gc_base: 0,
+                parked: false,
+                pooled: false,
             });
             (self.slots.len() - 1) as u32
         };
@@ -154,6 +162,8 @@ impl<B: Backend> Slab<B> {
         b.prev = nb.prev;
         b.next = nb.next;
         b.segment = nb.segment;
+        b.parked = false;
+        b.pooled = false;
         debug_assert!(b.uses.is_empty() && b.events.is_empty());
         slot
     }

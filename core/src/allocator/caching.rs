@@ -127,13 +127,13 @@ impl<B: Backend> CachingAllocator<B> {
         if !self.config.lazy_reclaim || st.pending_events > LAZY_RECLAIM_EVENTS {
             st.process_events()?;
         }
-        if let Some(slot) = st.best_fit(req) {
-            return Ok(st.hand_out(slot, req));
+        if let Some(out) = st.serve(req) {
+            return Ok(out);
         }
         if self.config.lazy_reclaim {
             st.process_events()?;
-            if let Some(slot) = st.best_fit(req) {
-                return Ok(st.hand_out(slot, req));
+            if let Some(out) = st.serve(req) {
+                return Ok(out);
             }
         }
         if !self.free_callbacks.is_empty() {
@@ -146,11 +146,13 @@ impl<B: Backend> CachingAllocator<B> {
             st = self.state.lock();
             if freed {
                 st.process_events()?;
-                if let Some(slot) = st.best_fit(req) {
-                    return Ok(st.hand_out(slot, req));
+                if let Some(out) = st.serve(req) {
+                    return Ok(out);
                 }
             }
         }
+        // Every step below may reserve or release device memory: no block stays parked.
+        st.flush_bins();
         st.garbage_collect()?;
         if let Some(slot) = st.alloc_segment(req, false)? {
             return Ok(st.hand_out(slot, req));
@@ -163,8 +165,8 @@ impl<B: Backend> CachingAllocator<B> {
         st.release_cached()?;
         // Blocks freed by the synchronization may fit without new memory (PyTorch goes
         // straight to the device here).
-        if let Some(slot) = st.best_fit(req) {
-            return Ok(st.hand_out(slot, req));
+        if let Some(out) = st.serve(req) {
+            return Ok(out);
         }
         if let Some(slot) = st.alloc_segment(req, true)? {
             return Ok(st.hand_out(slot, req));
@@ -266,6 +268,16 @@ impl<B: Backend> CachingAllocator<B> {
     /// Resets every peak to its current value.
     pub fn reset_peak_stats(&self) {
         self.state.lock().stats.reset_peaks();
+    }
+
+    /// Turns lazy coalescing (the exact-size fast path of parked free blocks) off or on.
+    /// Its effects are exactly those of eager merging, so this only exists for tests that
+    /// check that equivalence by running an eager twin.
+    #[doc(hidden)]
+    pub fn set_lazy_coalescing(&self, on: bool) {
+        let mut st = self.state.lock();
+        st.flush_bins();
+        st.bin_capacity = if on { super::bins::BIN_CAPACITY } else { 0 };
     }
 
     /// Segments, blocks and the trace (records a `snapshot` trace entry).

@@ -18,7 +18,10 @@ pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
      roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim";
 
-/// Default capacity of the trace ring buffer, in entries.
+/// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
+/// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
+/// is larger; 16384 keeps a few seconds of a training step). Not the default: tracing is
+/// off unless enabled, as in PyTorch, because it reads the clock on every alloc and free.
 pub const DEFAULT_TRACE_CAPACITY: usize = 16384;
 
 /// Allocator settings. [`Default`] is PyTorch's default behaviour.
@@ -38,7 +41,11 @@ pub struct AllocatorConfig {
     /// torch_npu's `multi_stream_lazy_reclaim`: process completed events at malloc only when
     /// more than 512 are pending or no cached block fits.
     pub lazy_reclaim: bool,
-    /// Capacity of the trace ring buffer (entries). Not settable from the string.
+    /// Capacity of the trace ring buffer (entries); 0 (the default) disables tracing, as
+    /// PyTorch's `_record_memory_history` is off by default: a trace entry costs a clock
+    /// read, about a fifth of a cached malloc+free pair. Enable it with
+    /// [`AllocatorConfig::with_trace_capacity`] (e.g. [`DEFAULT_TRACE_CAPACITY`]). Not
+    /// settable from the string.
     pub trace_capacity: usize,
 }
 
@@ -50,7 +57,7 @@ impl Default for AllocatorConfig {
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             per_process_memory_fraction: None,
             lazy_reclaim: false,
-            trace_capacity: DEFAULT_TRACE_CAPACITY,
+            trace_capacity: 0,
         }
     }
 }
@@ -343,7 +350,8 @@ impl AllocatorConfig {
         }
     }
 
-    /// The same configuration with a trace ring buffer of `capacity` entries.
+    /// The same configuration with a trace ring buffer of `capacity` entries (0 turns
+    /// tracing off). Snapshots then carry the last `capacity` entries.
     pub fn with_trace_capacity(mut self, capacity: usize) -> Self {
         self.trace_capacity = capacity;
         self

@@ -7,6 +7,13 @@
 //! generation-checked block references ([`BlockRef`]) for the mode-3 erase of a dropped
 //! tensor.
 //!
+//! # The cached fast path
+//! A block freed with no stream uses is parked unmerged (`bins.rs`) and taken back by the
+//! next request that eager best fit would serve with it, with no pool operation; every
+//! observable effect (addresses, sizes, statistics, snapshots) is that of PyTorch's eager
+//! merge-on-free. The trace ring buffer is off by default
+//! ([`AllocatorConfig::with_trace_capacity`] turns it on), as PyTorch's memory history is.
+//!
 //! # Heap allocation on the hot path
 //! A cached allocate and a free without stream uses allocate only for the returned
 //! [`Storage`] handle (one `Arc`) and whatever the ordered pool sets need when a B-tree node
@@ -17,6 +24,7 @@
 // Prose names PyTorch and torch_npu throughout; they are projects, not code items.
 #![allow(clippy::doc_markdown)]
 
+mod bins;
 mod block;
 mod caching;
 mod callbacks;

@@ -48,6 +48,20 @@ impl BlockPool {
             .filter(|k| k.stream == stream)
     }
 
+    /// Free blocks of `stream` with at least `size` bytes, best fit first.
+    pub fn from(&self, stream: StreamId, size: u64) -> impl Iterator<Item = PoolKey> + '_ {
+        let from = PoolKey {
+            stream,
+            size,
+            addr: 0,
+            slot: 0,
+        };
+        self.set
+            .range(from..)
+            .take_while(move |k| k.stream == stream)
+            .copied()
+    }
+
     /// Free blocks of `stream` smaller than `size`, largest first.
     pub fn below(&self, stream: StreamId, size: u64) -> impl Iterator<Item = PoolKey> + '_ {
         let lo = PoolKey {

@@ -93,6 +93,7 @@ impl<B: Backend> State<B> {
     /// Synchronizes all pending events, then releases every free whole-segment block of
     /// every stream (PyTorch's `release_cached_blocks`).
     pub fn release_cached(&mut self) -> Result<(), BackendError> {
+        self.flush_bins();
         self.synchronize_and_free_events()?;
         for kind in [PoolKind::Small, PoolKind::Large] {
             let victims: Vec<u32> = self

@@ -95,8 +95,10 @@ pub struct Snapshot {
 }
 
 impl<B: Backend> State<B> {
-    /// Builds a snapshot, after recording a `snapshot` trace entry.
+    /// Builds a snapshot of the canonical state (parked free blocks merged first), after
+    /// recording a `snapshot` trace entry.
     pub fn snapshot(&mut self) -> Snapshot {
+        self.flush_bins();
         let active = self.stats.active_bytes.aggregate.current;
         let default_stream = self.backend.stream_id(&self.backend.default_stream());
         self.trace

@@ -63,6 +63,10 @@ pub(crate) struct State<B: Backend> {
     /// Events in flight over all pending blocks.
     pub pending_events: usize,
     pub stats: AllocatorStats,
+    /// Slots of recently freed blocks parked unmerged, oldest first (see `bins.rs`).
+    pub bins: Vec<u32>,
+    /// Most blocks parked at once; 0 turns lazy coalescing off.
+    pub bin_capacity: usize,
     pub trace: TraceBuffer,
     /// Number of allocate calls so far (the clock of garbage-collection ages).
     pub malloc_count: u64,
@@ -87,6 +91,8 @@ impl<B: Backend> State<B> {
             pending: Vec::new(),
             pending_events: 0,
             stats: AllocatorStats::default(),
+            bins: Vec::with_capacity(super::bins::BIN_CAPACITY),
+            bin_capacity: super::bins::BIN_CAPACITY,
             trace,
             malloc_count: 0,
             limit: None,
@@ -121,8 +127,9 @@ impl<B: Backend> State<B> {
     pub fn pool_insert(&mut self, slot: u32) {
         let key = self.key(slot);
         let b = self.slab.get_mut(slot);
-        debug_assert_eq!(b.status, Status::Free);
+        debug_assert!(b.status == Status::Free && !b.parked && !b.pooled);
         b.gc_base = self.malloc_count;
+        b.pooled = true;
         let kind = b.pool;
         self.stats.cached_free_bytes += key.size;
         self.pool_mut(kind).insert(key);
@@ -130,20 +137,22 @@ impl<B: Backend> State<B> {
 
     pub fn pool_remove(&mut self, slot: u32) {
         let key = self.key(slot);
+        debug_assert!(self.slab.get(slot).pooled);
+        self.slab.get_mut(slot).pooled = false;
         let kind = self.slab.get(slot).pool;
         self.stats.cached_free_bytes -= key.size;
         self.pool_mut(kind).remove(&key);
     }
 
     /// `(count, bytes)` this block contributes to `inactive_split`.
-    fn split_contribution(&self, slot: Option<u32>) -> (i64, i64) {
+    pub fn split_contribution(&self, slot: Option<u32>) -> (i64, i64) {
         match slot.map(|s| self.slab.get(s)) {
             Some(b) if b.status == Status::Free && !b.is_whole_segment() => (1, b.size as i64),
             _ => (0, 0),
         }
     }
 
-    fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
+    pub fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
         self.stats.inactive_split.apply(pool, after.0 - before.0);
         self.stats
             .inactive_split_bytes
@@ -197,7 +206,18 @@ impl<B: Backend> State<B> {
             self.pool_insert(r);
             remainder = Some(r);
         }
+        let after = self.split_contribution(remainder);
+        self.apply_split_change(pool, before, after);
+        self.allocate_block(slot, req)
+    }
+
+    /// Marks the free block in `slot` (out of its pool and bins, split already) allocated
+    /// to `req`, with the stats and trace of a hand-out.
+    pub fn allocate_block(&mut self, slot: u32, req: &Request<'_, B>) -> HandOut {
+        let max_split = self.config.max_split_size;
         let b = self.slab.get_mut(slot);
+        debug_assert!(b.status == Status::Free && !b.parked);
+        let pool = b.pool;
         b.status = Status::Allocated;
         b.requested = req.requested;
         b.generation += 1;
@@ -210,8 +230,6 @@ impl<B: Backend> State<B> {
             size: b.size,
         };
         let (stream, requested) = (b.stream, b.requested);
-        let after = self.split_contribution(remainder);
-        self.apply_split_change(pool, before, after);
         let s = &mut self.stats;
         s.allocation.increase(pool, 1);
         s.allocated_bytes.increase(pool, out.size);
@@ -244,7 +262,8 @@ impl<B: Backend> State<B> {
         self.trace
             .push(TraceAction::FreeRequested, ptr, requested, stream, None);
         if self.slab.get(r.id).uses.is_empty() {
-            self.free_to_pool(r.id);
+            // No stream uses: free now, parked in the bins (merged later, see `bins.rs`).
+            self.defer_free(r.id);
             return;
         }
         // Move the vectors out (keeping their capacity) to record events while borrowing the
@@ -294,12 +313,18 @@ impl<B: Backend> State<B> {
     /// An allocated or pending-free block (with no events left) returns to its pool and
     /// merges with free neighbours.
     pub fn free_to_pool(&mut self, slot: u32) {
+        self.mark_free(slot);
+        self.merge_into_pool(slot);
+    }
+
+    /// An allocated or pending-free block (with no events left) becomes free: status,
+    /// generation, the `active`/`requested` stats and the trace. It is in no pool yet.
+    pub fn mark_free(&mut self, slot: u32) {
         let b = self.slab.get_mut(slot);
         debug_assert!(b.events.is_empty() && b.status != Status::Free);
         let was_pending = b.status == Status::PendingFree;
         b.uses.clear();
-        let (pool, size, ptr, requested, stream, prev, next) =
-            (b.pool, b.size, b.ptr, b.requested, b.stream, b.prev, b.next);
+        let (pool, size, ptr, requested, stream) = (b.pool, b.size, b.ptr, b.requested, b.stream);
         b.requested = 0;
         b.status = Status::Free;
         b.generation += 1;
@@ -312,26 +337,64 @@ impl<B: Backend> State<B> {
         s.requested_bytes.decrease(pool, requested);
         self.trace
             .push(TraceAction::FreeCompleted, ptr, requested, stream, None);
+    }
 
+    /// True when `slot` holds a free block in its pool (not parked in the bins).
+    pub fn is_pooled(&self, slot: u32) -> bool {
+        self.slab.get(slot).pooled
+    }
+
+    /// True when `slot` holds a block parked in the bins.
+    pub fn is_parked(&self, slot: u32) -> bool {
+        let b = self.slab.get(slot);
+        b.status == Status::Free && b.parked
+    }
+
+    /// Puts the free block in `slot` (in no pool, no bin, its own split contribution not
+    /// counted) into its pool, merged with its free neighbours. A parked block that would
+    /// have merged with what becomes free here is merged back first (`bins.rs` invariant:
+    /// a parked block's lower neighbour is never free, its upper one never parked).
+    pub fn merge_into_pool(&mut self, slot: u32) -> u32 {
+        let b = self.slab.get(slot);
+        debug_assert!(b.status == Status::Free && !b.parked);
+        let (pool, prev, next) = (b.pool, b.prev, b.next);
+        if let Some(n) = next.filter(|&n| self.is_parked(n)) {
+            self.unpark_and_merge(n);
+        }
+        if let Some(p) = prev {
+            if self.is_parked(p) {
+                self.unpark_and_merge(p);
+            } else if let Some(pp) = self.slab.get(p).prev.filter(|&pp| self.is_parked(pp))
+                && self.is_pooled(p)
+            {
+                // `p` is the pooled remainder of parked `pp`: merge them into one first.
+                self.unpark_and_merge(pp);
+            }
+        }
+        // Re-read: the merges above may have changed the neighbours.
+        let b = self.slab.get(slot);
+        let prev = b.prev.filter(|&p| self.is_pooled(p));
+        let next = b.next.filter(|&n| self.is_pooled(n));
         let (bp, bn) = (self.split_contribution(prev), self.split_contribution(next));
         let before = (bp.0 + bn.0, bp.1 + bn.1);
         let mut slot = slot;
-        if let Some(p) = prev.filter(|&p| self.slab.get(p).status == Status::Free) {
+        if let Some(p) = prev {
             self.pool_remove(p);
             self.merge_into(p, slot);
             slot = p;
         }
-        if let Some(n) = next.filter(|&n| self.slab.get(n).status == Status::Free) {
+        if let Some(n) = next {
             self.pool_remove(n);
             self.merge_into(slot, n);
         }
         self.pool_insert(slot);
         let after = self.split_contribution(Some(slot));
         self.apply_split_change(pool, before, after);
+        slot
     }
 
     /// `low` absorbs its free upper neighbour `high`; `high`'s slot is vacated.
-    fn merge_into(&mut self, low: u32, high: u32) {
+    pub fn merge_into(&mut self, low: u32, high: u32) {
         let (hsize, hnext) = {
             let h = self.slab.get(high);
             (h.size, h.next)

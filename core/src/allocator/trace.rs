@@ -1,7 +1,6 @@
 //! The allocator's trace: a bounded ring buffer of what happened, in PyTorch's
 //! `device_traces` vocabulary.
 
-use std::collections::VecDeque;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -66,20 +65,27 @@ pub fn trace_clock_us() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
 }
 
-/// Ring buffer of the last `capacity` entries. Once full, pushing allocates nothing.
+/// Ring buffer of the last `capacity` entries; capacity 0 (the default) records nothing.
+/// Once full, pushing allocates nothing: the oldest entry is overwritten in place.
 pub(crate) struct TraceBuffer {
-    entries: VecDeque<TraceEntry>,
+    /// Entries in insertion order up to `capacity`; once full, `entries[head]` is the oldest.
+    entries: Vec<TraceEntry>,
+    head: usize,
     capacity: usize,
 }
 
 impl TraceBuffer {
     pub fn new(capacity: usize) -> Self {
         TraceBuffer {
-            entries: VecDeque::new(),
+            entries: Vec::new(),
+            head: 0,
             capacity,
         }
     }
 
+    /// Inlined so that, with tracing off, the hot path pays one predictable branch and no
+    /// call; the clock read and the store stay out of line.
+    #[inline]
     pub fn push(
         &mut self,
         action: TraceAction,
@@ -88,23 +94,32 @@ impl TraceBuffer {
         stream: StreamId,
         device_free: Option<u64>,
     ) {
-        if self.capacity == 0 {
-            return;
+        if self.capacity != 0 {
+            self.record(TraceEntry {
+                action,
+                addr,
+                size,
+                stream,
+                time_us: 0,
+                device_free,
+            });
         }
-        if self.entries.len() == self.capacity {
-            self.entries.pop_front();
-        }
-        self.entries.push_back(TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
-            time_us: trace_clock_us(),
-            device_free,
-        });
     }
 
+    #[inline(never)]
+    fn record(&mut self, mut entry: TraceEntry) {
+        entry.time_us = trace_clock_us();
+        if self.entries.len() < self.capacity {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.head] = entry;
+            self.head = (self.head + 1) % self.capacity;
+        }
+    }
+
+    /// Entries, oldest first.
     pub fn to_vec(&self) -> Vec<TraceEntry> {
-        self.entries.iter().copied().collect()
+        let (newer, older) = self.entries.split_at(self.head);
+        older.iter().chain(newer).copied().collect()
     }
 }

@@ -76,6 +76,7 @@ impl<B: Backend> ProcessGroup<B> {
             to_unstash: Handoff::default(),
             counters: PgCounters::default(),
             aborted: AtomicBool::new(false),
+            spans: Mutex::new(std::collections::VecDeque::new()),
         });
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
         // Before the allocator declares OOM it asks us to release the shelves of works
@@ -130,6 +131,12 @@ impl<B: Backend> ProcessGroup<B> {
     /// Counters of this group.
     pub fn stats(&self) -> PgStats {
         self.shared.counters.snapshot()
+    }
+
+    /// The last [`super::WORK_SPAN_CAPACITY`] finished works (issue to observed completion,
+    /// on the allocator's trace clock), oldest first.
+    pub fn work_spans(&self) -> Vec<super::WorkSpan> {
+        self.shared.spans.lock().iter().copied().collect()
     }
 
     /// Number of works not yet observed complete.
@@ -445,6 +452,7 @@ impl<B: Backend> ProcessGroup<B> {
             kind,
             end_event: backend.create_event()?,
             issued_at: Instant::now(),
+            issued_us: crate::allocator::trace_clock_us(),
             shelf: TensorShelf::default(),
             tracked: Mutex::new(Vec::new()),
             completed: AtomicBool::new(false),

@@ -24,4 +24,4 @@ pub use mode::{
     MULTI_STREAM_MEMORY_REUSE, ReuseMode, ReuseModeError, parse_reuse_mode, reuse_mode_from_env,
 };
 pub use shelf::TensorShelf;
-pub use work::{CommKind, Work};
+pub use work::{CommKind, WORK_SPAN_CAPACITY, Work, WorkSpan};

@@ -2,6 +2,7 @@
 //! callback, and the release paths that run on it: observing completion, `wait()`, the
 //! watchdog pass, the main thread's drain, the OOM callback and shutdown.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -12,8 +13,8 @@ use super::builder::PgSettings;
 use super::counters::PgCounters;
 use super::error::PgError;
 use super::policy::{Handoff, PolicyContext, ReusePolicy};
-use super::work::WorkState;
-use crate::allocator::CachingAllocator;
+use super::work::{WORK_SPAN_CAPACITY, WorkSpan, WorkState};
+use crate::allocator::{CachingAllocator, trace_clock_us};
 use crate::backend::Backend;
 use crate::comm::{CommError, Communicator};
 
@@ -32,6 +33,8 @@ pub(crate) struct PgShared<B: Backend> {
     pub(super) to_unstash: Handoff<B>,
     pub(super) counters: PgCounters,
     pub(super) aborted: AtomicBool,
+    /// The last [`WORK_SPAN_CAPACITY`] finished works, oldest first.
+    pub(super) spans: Mutex<VecDeque<WorkSpan>>,
 }
 
 impl<B: Backend> PgShared<B> {
@@ -67,7 +70,7 @@ impl<B: Backend> PgShared<B> {
                         source: CommError::Backend(e),
                     },
                 );
-                state.completed.store(true, Ordering::Release);
+                self.mark_completed(state);
                 return true;
             }
         };
@@ -82,7 +85,7 @@ impl<B: Backend> PgShared<B> {
                     source,
                 });
             }
-            state.completed.store(true, Ordering::Release);
+            self.mark_completed(state);
         } else if state.issued_at.elapsed() > self.settings.timeout && state.error().is_none() {
             // As NCCL process groups do: a timed-out collective leaves the communicator in
             // an unknown state, so abort it and fail what is queued behind. Abort *before*
@@ -100,6 +103,25 @@ impl<B: Backend> PgShared<B> {
             );
         }
         done
+    }
+
+    /// Marks the work complete; the first thread to do so records its span.
+    fn mark_completed(&self, state: &WorkState<B>) {
+        if !state.completed.swap(true, Ordering::AcqRel) {
+            let span = WorkSpan {
+                id: state.id,
+                op: state.op,
+                kind: state.kind,
+                start_us: state.issued_us,
+                end_us: trace_clock_us().max(state.issued_us),
+                failed: state.error().is_some(),
+            };
+            let mut spans = self.spans.lock();
+            if spans.len() == WORK_SPAN_CAPACITY {
+                spans.pop_front();
+            }
+            spans.push_back(span);
+        }
     }
 
     /// Records `err` as the work's error unless it already has one (counted once).

@@ -23,6 +23,29 @@ pub enum CommKind {
     PointToPoint,
 }
 
+/// How many finished work spans a group keeps for
+/// [`super::ProcessGroup::work_spans`].
+pub const WORK_SPAN_CAPACITY: usize = 4096;
+
+/// A finished work as a time span on the allocator's trace clock
+/// ([`crate::allocator::trace_clock_us`]), for timelines.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WorkSpan {
+    /// The work.
+    pub id: WorkId,
+    /// The operation's name.
+    pub op: &'static str,
+    /// Collective or point-to-point.
+    pub kind: CommKind,
+    /// When the host issued it (µs on the trace clock).
+    pub start_us: u64,
+    /// When a host thread first observed it complete (µs on the trace clock): an upper
+    /// bound of the device end, as precise as the polling that observed it.
+    pub end_us: u64,
+    /// Whether it ended with an error.
+    pub failed: bool,
+}
+
 /// A tensor a mode-1/3 work tracks without keeping it alive.
 pub(crate) struct Tracked<B: Backend> {
     pub(crate) weak: WeakStorage<B>,
@@ -37,6 +60,8 @@ pub(crate) struct WorkState<B: Backend> {
     pub(crate) kind: CommKind,
     pub(crate) end_event: B::Event,
     pub(crate) issued_at: Instant,
+    /// `issued_at` on the allocator's trace clock ([`crate::allocator::trace_clock_us`]).
+    pub(crate) issued_us: u64,
     /// Mode 2: strong handles until wait / completion.
     pub(crate) shelf: TensorShelf<B>,
     /// Modes 1 and 3: weak handles to erase at wait.

@@ -15,8 +15,20 @@ pub type Alloc = Arc<CachingAllocator<ManualBackend>>;
 
 /// A manual device of `capacity` bytes, an allocator with `conf`, and two extra streams.
 pub fn setup_with(capacity: u64, conf: &str) -> (Arc<ManualBackend>, Alloc, [ManualStream; 3]) {
+    setup_traced_with(capacity, conf, 0)
+}
+
+/// As [`setup_with`], with a trace ring buffer of `trace_capacity` entries (tracing is off
+/// by default, as in PyTorch).
+pub fn setup_traced_with(
+    capacity: u64,
+    conf: &str,
+    trace_capacity: usize,
+) -> (Arc<ManualBackend>, Alloc, [ManualStream; 3]) {
     let backend = Arc::new(ManualBackend::new(capacity));
-    let config = AllocatorConfig::parse(conf).expect("test config parses");
+    let config = AllocatorConfig::parse(conf)
+        .expect("test config parses")
+        .with_trace_capacity(trace_capacity);
     let alloc = CachingAllocator::new(Arc::clone(&backend), config);
     let s0 = backend.default_stream();
     let s1 = backend.create_stream().unwrap();

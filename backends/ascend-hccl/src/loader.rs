@@ -1,0 +1,244 @@
+//! Finding and opening `libascendcl.so` and `libhccl.so`, and resolving every symbol once.
+//!
+//! Search order (the first directory holding **both** libraries wins; every path tried is
+//! recorded for the "unavailable" error):
+//! 1. `$MEMREUSE_ASCEND_LIB_DIR` (tests point it at the stand-in; nothing else sets it),
+//! 2. `$ASCEND_HOME_PATH/lib64` (set by CANN's `set_env.sh`),
+//! 3. [`DEFAULT_CANN_LIB_DIR`],
+//! 4. the system search path (`LD_LIBRARY_PATH`, ld.so cache) by bare file name.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+use crate::sys;
+
+/// Environment variable naming a directory that holds both libraries (checked first).
+pub const LIB_DIR_ENV: &str = "MEMREUSE_ASCEND_LIB_DIR";
+/// CANN's install root variable; libraries are under its `lib64`.
+pub const ASCEND_HOME_ENV: &str = "ASCEND_HOME_PATH";
+/// Where CANN's toolkit installs by default.
+pub const DEFAULT_CANN_LIB_DIR: &str = "/usr/local/Ascend/ascend-toolkit/latest/lib64";
+/// The ACL runtime library's file name.
+pub const ACL_LIB: &str = "libascendcl.so";
+/// The HCCL library's file name.
+pub const HCCL_LIB: &str = "libhccl.so";
+
+/// Why the libraries could not be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// No candidate location held loadable libraries.
+    #[error("could not load {ACL_LIB} + {HCCL_LIB}; tried: {}", tried.join("; "))]
+    NotFound {
+        /// Every path tried, each with the loader's message.
+        tried: Vec<String>,
+    },
+    /// The libraries loaded but lack a symbol this backend cannot work without.
+    #[error("{library} at {path} lacks required symbol `{symbol}`")]
+    MissingSymbol {
+        /// `libascendcl.so` or `libhccl.so`.
+        library: &'static str,
+        /// Where it was loaded from.
+        path: String,
+        /// The symbol.
+        symbol: &'static str,
+    },
+}
+
+/// The two opened libraries, by the short names the symbol table below uses.
+struct Libs {
+    acl: Library,
+    hccl: Library,
+}
+
+macro_rules! api {
+    (
+        required { $($lib:ident :: $name:ident),* $(,)? }
+        optional { $($olib:ident :: $oname:ident : $oty:ident),* $(,)? }
+    ) => {
+        /// Every bound function, resolved once from the loaded libraries.
+        #[allow(non_snake_case)]
+        pub struct Api {
+            /// The ACL runtime library (kept open for the process's lifetime).
+            _acl: Library,
+            /// The HCCL library.
+            _hccl: Library,
+            /// The directory (or `system search path`) the libraries came from.
+            pub source: String,
+            $(
+                #[doc = concat!("`", stringify!($name), "` (required).")]
+                pub $name: sys::$name,
+            )*
+            $(
+                #[doc = concat!("`", stringify!($oname), "` (optional).")]
+                pub $oname: Option<sys::$oty>,
+            )*
+        }
+
+        impl Api {
+            #[allow(non_snake_case)]
+            fn resolve(libs: Libs, source: String, disabled: &[String]) -> Result<Api, LoadError> {
+                $(
+                    let $name: sys::$name =
+                        required(&libs.$lib, stringify!($lib), &source, stringify!($name))?;
+                )*
+                $(
+                    let $oname: Option<sys::$oty> = if disabled.iter().any(|d| d == stringify!($oname)) {
+                        None
+                    } else {
+                        optional(&libs.$olib, stringify!($oname))
+                    };
+                )*
+                Ok(Api { _acl: libs.acl, _hccl: libs.hccl, source, $($name,)* $($oname,)* })
+            }
+        }
+    };
+}
+
+api! {
+    required {
+        acl::aclInit, acl::aclFinalize, acl::aclrtSetDevice, acl::aclrtResetDevice,
+        acl::aclrtGetDeviceCount, acl::aclrtMallocHost, acl::aclrtFreeHost, acl::aclrtMalloc,
+        acl::aclrtFree, acl::aclrtGetMemInfo, acl::aclrtCreateStream, acl::aclrtDestroyStream,
+        acl::aclrtSynchronizeStream, acl::aclrtSynchronizeDevice, acl::aclrtCreateEventWithFlag,
+        acl::aclrtDestroyEvent, acl::aclrtRecordEvent, acl::aclrtQueryEventStatus,
+        acl::aclrtSynchronizeEvent, acl::aclrtStreamWaitEvent, acl::aclrtMemcpyAsync,
+        acl::aclrtMemsetAsync,
+        hccl::HcclGetRootInfo, hccl::HcclCommInitRootInfo, hccl::HcclAllReduce,
+        hccl::HcclBroadcast, hccl::HcclReduceScatter, hccl::HcclAllGather, hccl::HcclSend,
+        hccl::HcclRecv, hccl::HcclAlltoAll, hccl::HcclBarrier, hccl::HcclCommDestroy,
+        hccl::HcclGroupStart, hccl::HcclGroupEnd, hccl::HcclGetCommAsyncError,
+    }
+    optional {
+        acl::aclrtMallocAlign32: aclrtMalloc,
+        acl::aclrtCreateEventExWithFlag: aclrtCreateEventWithFlag,
+        acl::memreuse_standin_configure: memreuse_standin_configure,
+        acl::memreuse_standin_annotate: memreuse_standin_annotate,
+        acl::memreuse_standin_set_op_label: memreuse_standin_set_op_label,
+        acl::memreuse_standin_delay: memreuse_standin_delay,
+        acl::memreuse_standin_race_reports: memreuse_standin_race_reports,
+    }
+}
+
+impl fmt::Debug for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Api(from {})", self.source)
+    }
+}
+
+impl Api {
+    /// True when the library is the memreuse stand-in (it exports the harness hooks).
+    pub fn is_standin(&self) -> bool {
+        self.memreuse_standin_configure.is_some()
+    }
+}
+
+fn required<T: Copy>(
+    lib: &Library,
+    library: &'static str,
+    source: &str,
+    symbol: &'static str,
+) -> Result<T, LoadError> {
+    optional(lib, symbol).ok_or_else(|| LoadError::MissingSymbol {
+        library: if library == "acl" { ACL_LIB } else { HCCL_LIB },
+        path: source.to_owned(),
+        symbol,
+    })
+}
+
+fn optional<T: Copy>(lib: &Library, symbol: &str) -> Option<T> {
+    let mut name = symbol.as_bytes().to_vec();
+    name.push(0);
+    // SAFETY: `T` is always one of the `sys` function-pointer types, declared with the
+    // exact C signature of `symbol` from the reference ABI; the library stays loaded for
+    // as long as the returned pointer is used (it is stored next to it in `Api`, and the
+    // process-wide `Api` is never dropped).
+    unsafe { lib.get::<T>(&name).ok().map(|s| *s) }
+}
+
+/// The candidate directories, in search order; `None` means "bare name, system search".
+pub fn candidate_dirs() -> Vec<Option<PathBuf>> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os(LIB_DIR_ENV).filter(|v| !v.is_empty()) {
+        dirs.push(Some(PathBuf::from(d)));
+    }
+    if let Some(h) = std::env::var_os(ASCEND_HOME_ENV).filter(|v| !v.is_empty()) {
+        dirs.push(Some(PathBuf::from(h).join("lib64")));
+    }
+    dirs.push(Some(PathBuf::from(DEFAULT_CANN_LIB_DIR)));
+    dirs.push(None);
+    dirs
+}
+
+fn open(dir: Option<&PathBuf>, name: &str, tried: &mut Vec<String>) -> Option<Library> {
+    let (shown, target) = match dir {
+        Some(d) => {
+            let p = d.join(name);
+            (p.display().to_string(), p.into_os_string())
+        }
+        None => (
+            format!("{name} (system search path)"),
+            std::ffi::OsString::from(name),
+        ),
+    };
+    // SAFETY: loading runs the library's initialisers. The candidates are the vendor's ACL
+    // and HCCL runtimes (or the stand-in the test harness points at), whose initialisers
+    // are designed to run on dlopen; no symbol is used before resolution checks it.
+    match unsafe { Library::new(&target) } {
+        Ok(lib) => Some(lib),
+        Err(e) => {
+            tried.push(format!("{shown}: {e}"));
+            None
+        }
+    }
+}
+
+/// Optional symbols named (comma-separated) in this variable are treated as absent, to
+/// force the fallback path (e.g. `aclrtMallocAlign32` on a runtime whose version misbehaves).
+pub const DISABLE_SYMBOLS_ENV: &str = "MEMREUSE_ASCEND_DISABLE_SYMBOLS";
+
+/// The optional symbols disabled by [`DISABLE_SYMBOLS_ENV`].
+pub fn disabled_from_env() -> Vec<String> {
+    std::env::var(DISABLE_SYMBOLS_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Opens both libraries from the first of `dirs` that has them (`None`: bare names through
+/// the system search path), treating the optional symbols in `disabled` as absent.
+pub fn load_from(dirs: &[Option<PathBuf>], disabled: &[String]) -> Result<Api, LoadError> {
+    let mut tried = Vec::new();
+    for dir in dirs {
+        let Some(acl) = open(dir.as_ref(), ACL_LIB, &mut tried) else {
+            continue;
+        };
+        let Some(hccl) = open(dir.as_ref(), HCCL_LIB, &mut tried) else {
+            continue;
+        };
+        let source = dir.as_ref().map_or_else(
+            || "system search path".to_owned(),
+            |d| d.display().to_string(),
+        );
+        return Api::resolve(Libs { acl, hccl }, source, disabled);
+    }
+    Err(LoadError::NotFound { tried })
+}
+
+/// [`load_from`] over [`candidate_dirs`] with [`disabled_from_env`], without caching.
+pub fn load_fresh() -> Result<Api, LoadError> {
+    load_from(&candidate_dirs(), &disabled_from_env())
+}
+
+/// The process-wide libraries, loaded on first use (the outcome, success or failure, is
+/// kept: set `MEMREUSE_ASCEND_LIB_DIR` before the first call).
+pub fn api() -> Result<&'static Api, LoadError> {
+    static API: OnceLock<Result<Api, LoadError>> = OnceLock::new();
+    API.get_or_init(load_fresh).as_ref().map_err(Clone::clone)
+}

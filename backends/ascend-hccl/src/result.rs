@@ -1,0 +1,181 @@
+//! Layer 2: every ACL and HCCL status checked and turned into a typed error.
+//!
+//! As cudarc does, statuses are newtypes ([`AclError`], [`HcclError`]) with a
+//! `.result()`-style check ([`acl_check`], [`hccl_check`]); the backend layer turns them
+//! into [`BackendError`]s naming the call, the code and its symbolic name.
+//! `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001) becomes [`BackendError::OutOfMemory`], so the
+//! caching allocator's retry chain (free cached blocks, retry, then `OutOfMemory`) applies.
+
+use memreuse_core::BackendError;
+
+use crate::sys;
+
+/// Backend name used in every error.
+pub const BACKEND: &str = "ascend";
+
+/// `ACL_ERROR_RT_MEMORY_ALLOCATION`: the device is out of memory.
+pub const ACL_ERROR_RT_MEMORY_ALLOCATION: i32 = 207_001;
+
+/// The ACL codes of `ascend-abi.md`, with their names.
+pub const ACL_CODES: &[(i32, &str)] = &[
+    (0, "ACL_SUCCESS"),
+    (100_000, "ACL_ERROR_INVALID_PARAM"),
+    (100_001, "ACL_ERROR_UNINITIALIZE"),
+    (100_002, "ACL_ERROR_REPEAT_INITIALIZE"),
+    (107_000, "ACL_ERROR_RT_PARAM_INVALID"),
+    // Not in ascend-abi.md: rt_error_codes.h's "no current context" (no aclrtSetDevice).
+    (107_002, "ACL_ERROR_RT_CONTEXT_NULL"),
+    (107_022, "ACL_ERROR_RT_DEVICE_TASK_ABORT"),
+    (200_000, "ACL_ERROR_BAD_ALLOC"),
+    (200_001, "ACL_ERROR_API_NOT_SUPPORT"),
+    (200_002, "ACL_ERROR_INVALID_DEVICE"),
+    (207_000, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"),
+    (207_001, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+    (207_007, "ACL_ERROR_RT_NO_EVENT_RESOURCE"),
+    (500_000, "ACL_ERROR_INTERNAL_ERROR"),
+    (500_001, "ACL_ERROR_FAILURE"),
+    (500_003, "ACL_ERROR_RT_FAILURE"),
+    (507_000, "ACL_ERROR_RT_INTERNAL_ERROR"),
+    (507_006, "ACL_ERROR_RT_EVENT_NOT_COMPLETE"),
+    (507_053, "ACL_ERROR_RT_DEVICE_MEM_ERROR"),
+    (507_054, "ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR"),
+    (507_055, "ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR"),
+    (507_056, "ACL_ERROR_RT_LINK_ERROR"),
+    (507_904, "ACL_ERROR_RT_COMM_OP_RETRY_FAIL"),
+];
+
+/// The `HcclResult` names, indexed by value.
+pub const HCCL_CODES: &[&str] = &[
+    "HCCL_SUCCESS",
+    "HCCL_E_PARA",
+    "HCCL_E_PTR",
+    "HCCL_E_MEMORY",
+    "HCCL_E_INTERNAL",
+    "HCCL_E_NOT_SUPPORT",
+    "HCCL_E_NOT_FOUND",
+    "HCCL_E_UNAVAIL",
+    "HCCL_E_SYSCALL",
+    "HCCL_E_TIMEOUT",
+    "HCCL_E_OPEN_FILE_FAILURE",
+    "HCCL_E_TCP_CONNECT",
+    "HCCL_E_ROCE_CONNECT",
+    "HCCL_E_TCP_TRANSFER",
+    "HCCL_E_ROCE_TRANSFER",
+    "HCCL_E_RUNTIME",
+    "HCCL_E_DRV",
+    "HCCL_E_PROFILING",
+    "HCCL_E_CCE",
+    "HCCL_E_NETWORK",
+    "HCCL_E_AGAIN",
+    "HCCL_E_REMOTE",
+    "HCCL_E_SUSPENDING",
+    "HCCL_E_OPRETRY_FAIL",
+    "HCCL_E_OOM",
+];
+
+/// A failed ACL status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AclError(pub sys::aclError);
+
+impl AclError {
+    /// The symbolic name (`ACL_ERROR_...`), or `ACL_ERROR_UNKNOWN` for codes outside the
+    /// reference list.
+    pub fn name(self) -> &'static str {
+        ACL_CODES
+            .iter()
+            .find(|(c, _)| *c == self.0)
+            .map_or("ACL_ERROR_UNKNOWN", |(_, n)| n)
+    }
+
+    /// The typed backend error for a failure of `call`. 207001 is out of memory
+    /// (`requested` bytes); everything else is a `Device` error with code and name.
+    pub fn into_backend(self, call: &'static str, requested: u64) -> BackendError {
+        if self.0 == ACL_ERROR_RT_MEMORY_ALLOCATION {
+            return BackendError::OutOfMemory {
+                backend: BACKEND.to_owned(),
+                requested,
+                detail: format!("{call} returned {} ({})", self.name(), self.0),
+            };
+        }
+        BackendError::Device {
+            backend: BACKEND.to_owned(),
+            call,
+            code: i64::from(self.0),
+            code_name: self.name().to_owned(),
+            message: format!("ACL runtime call {call} failed"),
+        }
+    }
+}
+
+/// A failed `HcclResult`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HcclError(pub sys::HcclResult);
+
+impl HcclError {
+    /// The symbolic name (`HCCL_E_...`).
+    pub fn name(self) -> &'static str {
+        usize::try_from(self.0)
+            .ok()
+            .and_then(|i| HCCL_CODES.get(i))
+            .copied()
+            .unwrap_or("HCCL_E_UNKNOWN")
+    }
+
+    /// The typed backend error for a failure of `call`. `HCCL_E_TIMEOUT` is a `Timeout`;
+    /// everything else a `Device` error with code and name.
+    pub fn into_backend(self, call: &'static str) -> BackendError {
+        if self.0 == 9 {
+            return BackendError::Timeout {
+                backend: BACKEND.to_owned(),
+                what: format!("{call} (HCCL_E_TIMEOUT)"),
+                millis: 0,
+            };
+        }
+        BackendError::Device {
+            backend: BACKEND.to_owned(),
+            call,
+            code: i64::from(self.0),
+            code_name: self.name().to_owned(),
+            message: format!("HCCL call {call} failed"),
+        }
+    }
+}
+
+/// `Ok(())` for `ACL_SUCCESS`, the typed error otherwise (`requested`: bytes, for OOM).
+pub fn acl_check(
+    code: sys::aclError,
+    call: &'static str,
+    requested: u64,
+) -> Result<(), BackendError> {
+    if code == sys::ACL_SUCCESS {
+        Ok(())
+    } else {
+        Err(AclError(code).into_backend(call, requested))
+    }
+}
+
+/// `Ok(())` for `HCCL_SUCCESS`, the typed error otherwise.
+pub fn hccl_check(code: sys::HcclResult, call: &'static str) -> Result<(), BackendError> {
+    if code == sys::HCCL_SUCCESS {
+        Ok(())
+    } else {
+        Err(HcclError(code).into_backend(call))
+    }
+}
+
+/// The `Unavailable` error for a load failure (lists every path tried).
+pub fn unavailable(e: &crate::loader::LoadError) -> BackendError {
+    BackendError::Unavailable {
+        backend: BACKEND.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// An `InvalidArgument` refused on the Rust side before any FFI call.
+pub fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
+    BackendError::InvalidArgument {
+        backend: BACKEND.to_owned(),
+        call,
+        reason: reason.into(),
+    }
+}

@@ -1,0 +1,563 @@
+//! The HCCL symbols (`hccl.h`): root-info rendezvous in process, collectives as joint ops of
+//! the mock. Bodies do f32 arithmetic in rank order (rank 0 first), like the mock's own
+//! communicator, so results are bit-identical to the mock backend's.
+//!
+//! # Safety (all functions)
+//! Pointers are as HCCL documents them: out-pointers valid for one write (null is
+//! refused), `rootInfo` valid for 4108 bytes.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use memreuse_core::{BackendError, DevicePtr};
+use memreuse_mock::{JointGroup, JointMemory, JointOp, MemAccess, MockDevice, MockStream};
+use parking_lot::{Condvar, Mutex};
+
+use crate::{
+    CommMember, CommShared, Handle, comm_of, current, guard, hccl_code, hcode, insert_handle,
+    joint_timeout, remove_handle, stream_of, write_out,
+};
+
+const ROOT_INFO_BYTES: usize = 4108;
+
+/// A communicator being formed: who arrived, and the result once complete.
+struct Pending {
+    n: usize,
+    devices: Vec<Option<MockDevice>>,
+    shared: Option<Arc<CommShared>>,
+    taken: usize,
+}
+
+static RENDEZVOUS: Mutex<Option<HashMap<Vec<u8>, Pending>>> = Mutex::new(None);
+static RENDEZVOUS_CV: Condvar = Condvar::new();
+static ROOT_SEQ: AtomicU64 = AtomicU64::new(1);
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclGetRootInfo(root_info: *mut [u8; ROOT_INFO_BYTES]) -> i32 {
+    guard("HcclGetRootInfo", hcode::E_INTERNAL, || {
+        if root_info.is_null() {
+            return Err(hcode::E_PTR);
+        }
+        let mut bytes = [0u8; ROOT_INFO_BYTES];
+        let tag = format!(
+            "memreuse-standin root {} pid {} t {:?}",
+            ROOT_SEQ.fetch_add(1, Ordering::Relaxed),
+            std::process::id(),
+            std::time::SystemTime::now()
+        );
+        let n = tag.len().min(ROOT_INFO_BYTES);
+        bytes[..n].copy_from_slice(&tag.as_bytes()[..n]);
+        // SAFETY: not null (checked), valid for a write of 4108 bytes (contract).
+        unsafe { root_info.write(bytes) };
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclCommInitRootInfo(
+    n_ranks: u32,
+    root_info: *const [u8; ROOT_INFO_BYTES],
+    rank: u32,
+    comm: *mut *mut c_void,
+) -> i32 {
+    guard("HcclCommInitRootInfo", hcode::E_INTERNAL, || {
+        if root_info.is_null() || comm.is_null() {
+            return Err(hcode::E_PTR);
+        }
+        let (n, rank) = (n_ranks as usize, rank as usize);
+        if n == 0 || rank >= n {
+            return Err(hcode::E_PARA);
+        }
+        let (_, device) = current().map_err(|_| hcode::E_RUNTIME)?;
+        // SAFETY: not null (checked), valid for reads of 4108 bytes (contract).
+        let key = unsafe { root_info.read() }.to_vec();
+        let member = rendezvous(&key, n, rank, device)?;
+        let handle = insert_handle(Handle::Comm(Arc::new(member)));
+        // SAFETY: not null (checked), valid for a write (contract).
+        unsafe { write_out(comm, handle as *mut c_void, hcode::E_PTR) }
+    })
+}
+
+fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<CommMember, i32> {
+    let deadline = Instant::now() + joint_timeout();
+    let mut table = RENDEZVOUS.lock();
+    let map = table.get_or_insert_with(HashMap::new);
+    let p = map.entry(key.to_vec()).or_insert_with(|| Pending {
+        n,
+        devices: vec![None; n],
+        shared: None,
+        taken: 0,
+    });
+    if p.n != n || p.devices[rank].is_some() {
+        return Err(hcode::E_PARA);
+    }
+    p.devices[rank] = Some(device);
+    if p.devices.iter().all(Option::is_some) {
+        let devices: Vec<MockDevice> = p.devices.iter().flatten().cloned().collect();
+        let collectives = JointGroup::new(&devices).map_err(|e| hccl_code(&e))?;
+        p.shared = Some(Arc::new(CommShared {
+            devices,
+            collectives,
+            pairs: Mutex::new(HashMap::new()),
+            async_error: AtomicI32::new(0),
+        }));
+        RENDEZVOUS_CV.notify_all();
+    }
+    loop {
+        let map = table.get_or_insert_with(HashMap::new);
+        let Some(p) = map.get_mut(key) else {
+            return Err(hcode::E_INTERNAL);
+        };
+        if let Some(shared) = p.shared.clone() {
+            p.taken += 1;
+            if p.taken == p.n {
+                map.remove(key);
+            }
+            return Ok(CommMember { shared, rank });
+        }
+        if RENDEZVOUS_CV.wait_until(&mut table, deadline).timed_out() {
+            if let Some(p) = table.as_mut().and_then(|m| m.get_mut(key)) {
+                p.devices[rank] = None;
+            }
+            return Err(hcode::E_TIMEOUT);
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
+    guard("HcclCommDestroy", hcode::E_INTERNAL, || {
+        comm_of(comm)?;
+        remove_handle(comm as usize);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclGetCommAsyncError(comm: *mut c_void, async_error: *mut i32) -> i32 {
+    guard("HcclGetCommAsyncError", hcode::E_INTERNAL, || {
+        let c = comm_of(comm)?;
+        let e = c.shared.async_error.load(Ordering::Relaxed);
+        // SAFETY: null or valid for a write (contract); null is refused.
+        unsafe { write_out(async_error, e, hcode::E_PTR) }
+    })
+}
+
+/// Element size of an `HcclDataType`, `None` for values outside the enum.
+fn elem_size(dtype: i32) -> Option<u64> {
+    Some(match dtype {
+        0 | 7 | 14..=17 => 1,
+        1 | 3 | 8 | 11 => 2,
+        2 | 4 | 9 => 4,
+        5 | 6 | 10 => 8,
+        12 => 16,
+        _ => return None,
+    })
+}
+
+/// f32 reduction in rank order, as the mock communicator does.
+fn reduce(op: i32) -> Result<fn(f32, f32) -> f32, i32> {
+    Ok(match op {
+        0 => |a, b| a + b,
+        1 => |a, b| a * b,
+        2 => f32::max,
+        3 => f32::min,
+        _ => return Err(hcode::E_PARA),
+    })
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn put_f32s(dst: &mut [u8], values: &[f32]) {
+    for (d, v) in dst.chunks_exact_mut(4).zip(values) {
+        d.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn reduced(m: &JointMemory<'_>, f: fn(f32, f32) -> f32) -> Result<Vec<f32>, BackendError> {
+    let mut acc = f32s(m.bytes(0, 0)?);
+    for r in 1..m.ranks() {
+        for (a, b) in acc.iter_mut().zip(f32s(m.bytes(r, 0)?)) {
+            *a = f(*a, b);
+        }
+    }
+    Ok(acc)
+}
+
+/// Checks a collective's common arguments; returns the member and the stream.
+fn prepare(comm: *mut c_void, stream: *mut c_void) -> Result<(Arc<CommMember>, MockStream), i32> {
+    let c = comm_of(comm)?;
+    let s = stream_of(stream).map_err(|_| hcode::E_PARA)?;
+    Ok((c, s.stream))
+}
+
+fn submit(c: &CommMember, stream: &MockStream, op: JointOp) -> Result<(), i32> {
+    c.shared
+        .collectives
+        .submit(c.rank, stream, op)
+        .map(|_| ())
+        .map_err(|e| hccl_code(&e))
+}
+
+fn ptr(p: *const c_void) -> Result<DevicePtr, i32> {
+    if p.is_null() {
+        Err(hcode::E_PTR)
+    } else {
+        Ok(DevicePtr(p as usize as u64))
+    }
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclAllReduce(
+    send: *mut c_void,
+    recv: *mut c_void,
+    count: u64,
+    dtype: i32,
+    op: i32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclAllReduce", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        let (send, recv) = (ptr(send)?, ptr(recv)?);
+        if dtype != 4 {
+            return Err(hcode::E_NOT_SUPPORT);
+        }
+        let f = reduce(op)?;
+        let n = count * 4;
+        // In place (the usual case) declares one written region, as the mock does.
+        let jop = JointOp::new(format!("HcclAllReduce({op})"));
+        let jop = if send == recv {
+            jop.access(MemAccess::write(recv, n))
+        } else {
+            jop.access(MemAccess::read(send, n))
+                .access(MemAccess::write(recv, n))
+        };
+        let jop = jop.body(move |m| {
+            let acc = reduced(m, f)?;
+            for r in 0..m.ranks() {
+                let out = m.regions(r) - 1;
+                put_f32s(m.bytes_mut(r, out)?, &acc);
+            }
+            Ok(())
+        });
+        submit(&c, &s, jop)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclReduceScatter(
+    send: *mut c_void,
+    recv: *mut c_void,
+    recv_count: u64,
+    dtype: i32,
+    op: i32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclReduceScatter", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        let (send, recv) = (ptr(send)?, ptr(recv)?);
+        if dtype != 4 {
+            return Err(hcode::E_NOT_SUPPORT);
+        }
+        let f = reduce(op)?;
+        let n = recv_count * 4;
+        let size = c.shared.devices.len() as u64;
+        let chunk = recv_count as usize;
+        let jop = JointOp::new(format!("HcclReduceScatter({op})"))
+            .access(MemAccess::read(send, n * size))
+            .access(MemAccess::write(recv, n))
+            .body(move |m| {
+                let acc = reduced(m, f)?;
+                for r in 0..m.ranks() {
+                    put_f32s(m.bytes_mut(r, 1)?, &acc[r * chunk..(r + 1) * chunk]);
+                }
+                Ok(())
+            });
+        submit(&c, &s, jop)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclAllGather(
+    send: *mut c_void,
+    recv: *mut c_void,
+    send_count: u64,
+    dtype: i32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclAllGather", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        let (send, recv) = (ptr(send)?, ptr(recv)?);
+        let n = send_count * elem_size(dtype).ok_or(hcode::E_PARA)?;
+        let size = c.shared.devices.len() as u64;
+        let jop = JointOp::new("HcclAllGather")
+            .access(MemAccess::read(send, n))
+            .access(MemAccess::write(recv, n * size))
+            .body(|m| {
+                let mut all = Vec::new();
+                for r in 0..m.ranks() {
+                    all.extend_from_slice(m.bytes(r, 0)?);
+                }
+                for r in 0..m.ranks() {
+                    m.bytes_mut(r, 1)?.copy_from_slice(&all);
+                }
+                Ok(())
+            });
+        submit(&c, &s, jop)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclAlltoAll(
+    send: *const c_void,
+    send_count: u64,
+    send_type: i32,
+    recv: *const c_void,
+    recv_count: u64,
+    recv_type: i32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclAlltoAll", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        let (send, recv) = (ptr(send)?, ptr(recv)?);
+        if send_count != recv_count || send_type != recv_type {
+            return Err(hcode::E_PARA);
+        }
+        let chunk = send_count * elem_size(send_type).ok_or(hcode::E_PARA)?;
+        let n = chunk * c.shared.devices.len() as u64;
+        let chunk = chunk as usize;
+        let jop = JointOp::new("HcclAlltoAll")
+            .access(MemAccess::read(send, n))
+            .access(MemAccess::write(recv, n))
+            .body(move |m| {
+                let inputs: Vec<Vec<u8>> = (0..m.ranks())
+                    .map(|r| m.bytes(r, 0).map(<[u8]>::to_vec))
+                    .collect::<Result<_, _>>()?;
+                for j in 0..m.ranks() {
+                    let out = m.bytes_mut(j, 1)?;
+                    for (i, input) in inputs.iter().enumerate() {
+                        out[i * chunk..(i + 1) * chunk]
+                            .copy_from_slice(&input[j * chunk..(j + 1) * chunk]);
+                    }
+                }
+                Ok(())
+            });
+        submit(&c, &s, jop)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclBroadcast(
+    buf: *mut c_void,
+    count: u64,
+    dtype: i32,
+    root: u32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclBroadcast", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        let buf = ptr(buf)?;
+        let root = root as usize;
+        if root >= c.shared.devices.len() {
+            return Err(hcode::E_PARA);
+        }
+        let n = count * elem_size(dtype).ok_or(hcode::E_PARA)?;
+        let access = if c.rank == root {
+            MemAccess::read(buf, n)
+        } else {
+            MemAccess::write(buf, n)
+        };
+        let jop = JointOp::new(format!("HcclBroadcast(root {root})"))
+            .access(access)
+            .body(move |m| {
+                let data = m.bytes(root, 0)?.to_vec();
+                for r in (0..m.ranks()).filter(|&r| r != root) {
+                    m.bytes_mut(r, 0)?.copy_from_slice(&data);
+                }
+                Ok(())
+            });
+        submit(&c, &s, jop)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclBarrier(comm: *mut c_void, stream: *mut c_void) -> i32 {
+    guard("HcclBarrier", hcode::E_INTERNAL, || {
+        let (c, s) = prepare(comm, stream)?;
+        submit(&c, &s, JointOp::new("HcclBarrier"))
+    })
+}
+
+/// A send or receive waiting for `HcclGroupEnd`.
+struct PendingP2p {
+    group: JointGroup,
+    share: usize,
+    op: JointOp,
+    stream: MockStream,
+}
+
+thread_local! {
+    /// Group depth and the point-to-point ops issued inside the outermost group.
+    static GROUP: RefCell<(u32, Vec<PendingP2p>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+fn p2p(
+    buf: *mut c_void,
+    count: u64,
+    dtype: i32,
+    peer: u32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+    sending: bool,
+) -> Result<(), i32> {
+    let (c, s) = prepare(comm, stream)?;
+    let buf = ptr(buf)?;
+    let peer = peer as usize;
+    if peer >= c.shared.devices.len() || peer == c.rank {
+        return Err(hcode::E_PARA);
+    }
+    let n = count * elem_size(dtype).ok_or(hcode::E_PARA)?;
+    let (sender, receiver, access) = if sending {
+        (c.rank, peer, MemAccess::read(buf, n))
+    } else {
+        (peer, c.rank, MemAccess::write(buf, n))
+    };
+    let group = c.shared.pair(sender, receiver).map_err(|e| hccl_code(&e))?;
+    let op = JointOp::new("HcclSend/HcclRecv").access(access).body(|m| {
+        let data = m.bytes(0, 0)?.to_vec();
+        m.bytes_mut(1, 0)?.copy_from_slice(&data);
+        Ok(())
+    });
+    let share = usize::from(!sending);
+    let mut op = Some(op);
+    let queued = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.0 == 0 {
+            return false;
+        }
+        if let Some(op) = op.take() {
+            g.1.push(PendingP2p {
+                group: group.clone(),
+                share,
+                op,
+                stream: s,
+            });
+        }
+        true
+    });
+    match op {
+        Some(op) if !queued => group
+            .submit(share, &s, op)
+            .map(|_| ())
+            .map_err(|e| hccl_code(&e)),
+        _ => Ok(()),
+    }
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclSend(
+    buf: *mut c_void,
+    count: u64,
+    dtype: i32,
+    dest_rank: u32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclSend", hcode::E_INTERNAL, || {
+        p2p(buf, count, dtype, dest_rank, comm, stream, true)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclRecv(
+    buf: *mut c_void,
+    count: u64,
+    dtype: i32,
+    src_rank: u32,
+    comm: *mut c_void,
+    stream: *mut c_void,
+) -> i32 {
+    guard("HcclRecv", hcode::E_INTERNAL, || {
+        p2p(buf, count, dtype, src_rank, comm, stream, false)
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclGroupStart() -> i32 {
+    guard("HcclGroupStart", hcode::E_INTERNAL, || {
+        GROUP.with(|g| g.borrow_mut().0 += 1);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn HcclGroupEnd() -> i32 {
+    guard("HcclGroupEnd", hcode::E_INTERNAL, || {
+        let pending = GROUP.with(|g| {
+            let mut g = g.borrow_mut();
+            if g.0 == 0 {
+                return Err(hcode::E_PARA);
+            }
+            g.0 -= 1;
+            Ok(if g.0 == 0 {
+                std::mem::take(&mut g.1)
+            } else {
+                Vec::new()
+            })
+        })?;
+        // One batch per stream (a batch is one entry of one stream).
+        let mut streams: Vec<MockStream> = Vec::new();
+        for p in &pending {
+            if !streams.contains(&p.stream) {
+                streams.push(p.stream);
+            }
+        }
+        let mut pending: Vec<Option<PendingP2p>> = pending.into_iter().map(Some).collect();
+        for stream in streams {
+            let mine: Vec<PendingP2p> = pending
+                .iter_mut()
+                .filter(|p| p.as_ref().is_some_and(|p| p.stream == stream))
+                .filter_map(Option::take)
+                .collect();
+            let groups: Vec<JointGroup> = mine.iter().map(|p| p.group.clone()).collect();
+            let ops: Vec<(&JointGroup, usize, JointOp)> = mine
+                .into_iter()
+                .zip(&groups)
+                .map(|(p, g)| (g, p.share, p.op))
+                .collect();
+            JointGroup::submit_batch(&stream, ops).map_err(|e| hccl_code(&e))?;
+        }
+        Ok(())
+    })
+}
+
+/// Harness: the communicator's `k`-th collective fails on every member.
+pub(crate) fn inject_collective_failure(comm: *mut c_void, k: u64) -> Result<(), i32> {
+    comm_of(comm)?.shared.collectives.inject_failure(k);
+    Ok(())
+}
+
+/// Harness: what `HcclGetCommAsyncError` reports from now on for this communicator.
+pub(crate) fn set_async_error(comm: *mut c_void, code: i32) -> Result<(), i32> {
+    comm_of(comm)?
+        .shared
+        .async_error
+        .store(code, Ordering::Relaxed);
+    Ok(())
+}

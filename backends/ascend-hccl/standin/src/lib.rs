@@ -1,0 +1,278 @@
+//! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols of
+//! `shared/reference/ascend-abi.md` with their exact C signatures, backed by the memreuse
+//! mock device, so that CI drives `memreuse-ascend`'s real FFI path without an NPU.
+//!
+//! **Tests and CI only.** The test harness symlinks the built `.so` as `libascendcl.so` and
+//! `libhccl.so` in a temporary directory and points `MEMREUSE_ASCEND_LIB_DIR` there; nothing
+//! installs it, and no default search path of the backend can reach it.
+//!
+//! Design:
+//! - **Devices**: one [`memreuse_mock::MockCluster`] of N devices per configuration (default
+//!   16 devices of [`memreuse_mock::DEFAULT_CAPACITY`] each), so capacity limits and the race
+//!   detector apply and joint ops (collectives) can span devices. The current device is per
+//!   thread (`aclrtSetDevice`), as in ACL.
+//! - **Handles** (streams, events, communicators) are entries of a table keyed by opaque,
+//!   pointer-looking integers; an unknown or destroyed handle is an error code, never UB.
+//!   The null stream is the current device's default stream.
+//! - **Communicators**: `HcclCommInitRootInfo` rendezvous in process, keyed by the 4108
+//!   root-info bytes; collectives are joint ops of the mock (`JointGroup`/`JointOp`),
+//!   point-to-point uses one two-rank joint group per (sender, receiver) pair, and
+//!   `HcclGroupStart`/`HcclGroupEnd` submit the thread's pending sends and receives as one
+//!   batch per stream.
+//! - **Errors**: every exported function runs under `catch_unwind` (a panic becomes
+//!   `ACL_ERROR_INTERNAL_ERROR` / `HCCL_E_INTERNAL`); bad arguments return the ACL/HCCL code
+//!   the real runtime documents (null pointer, zero size, unknown handle, `count > destMax`,
+//!   misaligned device-to-device copy), device OOM returns `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+//! - **Harness hooks** (`memreuse_standin_*`, see `harness.rs`): configure a fresh cluster,
+//!   allocation annotations and op labels for the race detector, delays, race reports, fault
+//!   injection, per-symbol call counters.
+
+mod acl;
+mod harness;
+mod hccl;
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use memreuse_core::BackendError;
+use memreuse_mock::{
+    DEFAULT_CAPACITY, JointGroup, MockCluster, MockConfig, MockDevice, MockEvent, MockStream,
+};
+use parking_lot::Mutex;
+
+/// Devices of a default configuration.
+const DEFAULT_DEVICES: usize = 16;
+
+/// ACL status codes the stand-in returns.
+mod code {
+    pub const INVALID_PARAM: i32 = 100_000;
+    pub const RT_PARAM_INVALID: i32 = 107_000;
+    pub const RT_CONTEXT_NULL: i32 = 107_002;
+    pub const INVALID_DEVICE: i32 = 200_002;
+    pub const RT_MEMORY_ALLOCATION: i32 = 207_001;
+    pub const INTERNAL_ERROR: i32 = 500_000;
+    pub const RT_INTERNAL_ERROR: i32 = 507_000;
+}
+
+/// HCCL result codes the stand-in returns.
+mod hcode {
+    pub const E_PARA: i32 = 1;
+    pub const E_PTR: i32 = 2;
+    pub const E_INTERNAL: i32 = 4;
+    pub const E_NOT_SUPPORT: i32 = 5;
+    pub const E_TIMEOUT: i32 = 9;
+    pub const E_RUNTIME: i32 = 15;
+}
+
+/// The configured cluster.
+struct State {
+    devices: Vec<MockDevice>,
+    timeout: Duration,
+}
+
+fn fresh_state(n: usize, config: MockConfig) -> Result<State, BackendError> {
+    let timeout = config.joint_timeout;
+    Ok(State {
+        devices: MockCluster::new(n, config)?.into_devices(),
+        timeout,
+    })
+}
+
+static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn with_state<T>(f: impl FnOnce(&State) -> T) -> Result<T, BackendError> {
+    let mut guard = STATE.lock();
+    if guard.is_none() {
+        *guard = Some(fresh_state(
+            DEFAULT_DEVICES,
+            MockConfig::with_capacity(DEFAULT_CAPACITY),
+        )?);
+    }
+    Ok(f(guard.as_ref().expect("initialised above")))
+}
+
+fn device_count() -> usize {
+    with_state(|s| s.devices.len()).unwrap_or(0)
+}
+
+fn device_at(index: usize) -> Option<MockDevice> {
+    with_state(|s| s.devices.get(index).cloned()).ok().flatten()
+}
+
+fn joint_timeout() -> Duration {
+    with_state(|s| s.timeout).unwrap_or(Duration::from_secs(60))
+}
+
+thread_local! {
+    /// The thread's current device index (`aclrtSetDevice`), -1 when none.
+    static CURRENT: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// The current device of this thread, or `ACL_ERROR_RT_CONTEXT_NULL`.
+fn current() -> Result<(usize, MockDevice), i32> {
+    let i = CURRENT.with(std::cell::Cell::get);
+    let idx = usize::try_from(i).map_err(|_| code::RT_CONTEXT_NULL)?;
+    device_at(idx)
+        .map(|d| (idx, d))
+        .ok_or(code::RT_CONTEXT_NULL)
+}
+
+/// A stream handle's target.
+#[derive(Clone)]
+struct StreamH {
+    device: MockDevice,
+    stream: MockStream,
+}
+
+/// An event handle's target.
+struct EventH {
+    device: MockDevice,
+    event: MockEvent,
+}
+
+/// What a communicator member shares with the others.
+struct CommShared {
+    devices: Vec<MockDevice>,
+    collectives: JointGroup,
+    pairs: Mutex<HashMap<(usize, usize), JointGroup>>,
+    async_error: AtomicI32,
+}
+
+impl CommShared {
+    fn pair(&self, sender: usize, receiver: usize) -> Result<JointGroup, BackendError> {
+        let mut pairs = self.pairs.lock();
+        if let Some(g) = pairs.get(&(sender, receiver)) {
+            return Ok(g.clone());
+        }
+        let g = JointGroup::new(&[self.devices[sender].clone(), self.devices[receiver].clone()])?;
+        pairs.insert((sender, receiver), g.clone());
+        Ok(g)
+    }
+}
+
+/// One rank's communicator handle.
+struct CommMember {
+    shared: Arc<CommShared>,
+    rank: usize,
+}
+
+/// A handle table entry.
+#[derive(Clone)]
+enum Handle {
+    Stream(StreamH),
+    Event(Arc<EventH>),
+    Comm(Arc<CommMember>),
+}
+
+static HANDLES: Mutex<Option<HashMap<usize, Handle>>> = Mutex::new(None);
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x5eed_0000);
+
+fn insert_handle(h: Handle) -> usize {
+    let key = NEXT_HANDLE.fetch_add(0x40, Ordering::Relaxed);
+    HANDLES
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .insert(key, h);
+    key
+}
+
+fn get_handle(key: usize) -> Option<Handle> {
+    HANDLES.lock().as_ref().and_then(|m| m.get(&key).cloned())
+}
+
+fn remove_handle(key: usize) -> Option<Handle> {
+    HANDLES.lock().as_mut().and_then(|m| m.remove(&key))
+}
+
+/// The stream behind `raw` (null: the current device's default stream).
+fn stream_of(raw: *mut std::ffi::c_void) -> Result<StreamH, i32> {
+    if raw.is_null() {
+        let (_, device) = current()?;
+        let stream = memreuse_core::Backend::default_stream(&device);
+        return Ok(StreamH { device, stream });
+    }
+    match get_handle(raw as usize) {
+        Some(Handle::Stream(s)) => Ok(s),
+        _ => Err(code::RT_PARAM_INVALID),
+    }
+}
+
+fn event_of(raw: *mut std::ffi::c_void) -> Result<Arc<EventH>, i32> {
+    match get_handle(raw as usize) {
+        Some(Handle::Event(e)) => Ok(e),
+        _ => Err(code::RT_PARAM_INVALID),
+    }
+}
+
+fn comm_of(raw: *mut std::ffi::c_void) -> Result<Arc<CommMember>, i32> {
+    if raw.is_null() {
+        return Err(hcode::E_PTR);
+    }
+    match get_handle(raw as usize) {
+        Some(Handle::Comm(c)) => Ok(c),
+        _ => Err(hcode::E_PARA),
+    }
+}
+
+/// The ACL code for a mock error.
+fn acl_code(e: &BackendError) -> i32 {
+    match e {
+        BackendError::OutOfMemory { .. } => code::RT_MEMORY_ALLOCATION,
+        BackendError::InvalidArgument { .. } => code::RT_PARAM_INVALID,
+        _ => code::RT_INTERNAL_ERROR,
+    }
+}
+
+/// The HCCL code for a mock error.
+fn hccl_code(e: &BackendError) -> i32 {
+    match e {
+        BackendError::InvalidArgument { .. } => hcode::E_PARA,
+        BackendError::Timeout { .. } => hcode::E_TIMEOUT,
+        _ => hcode::E_RUNTIME,
+    }
+}
+
+static CALLS: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
+
+fn count_call(name: &'static str) {
+    *CALLS
+        .lock()
+        .get_or_insert_with(HashMap::new)
+        .entry(name)
+        .or_insert(0) += 1;
+}
+
+fn calls_of(name: &str) -> u64 {
+    CALLS
+        .lock()
+        .as_ref()
+        .and_then(|m| m.get(name).copied())
+        .unwrap_or(0)
+}
+
+/// Runs an exported function's body: counts the call, turns `Err(code)` and panics into a
+/// status code, so nothing unwinds across the C boundary.
+fn guard(name: &'static str, panic_code: i32, f: impl FnOnce() -> Result<(), i32>) -> i32 {
+    count_call(name);
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(code)) => code,
+        Err(_) => panic_code,
+    }
+}
+
+/// Writes `value` through an out-pointer after the null check.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
+unsafe fn write_out<T>(out: *mut T, value: T, null_code: i32) -> Result<(), i32> {
+    if out.is_null() {
+        return Err(null_code);
+    }
+    // SAFETY: not null (checked); valid for writes by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}

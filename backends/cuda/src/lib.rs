@@ -1,0 +1,32 @@
+//! memreuse-cuda: the CUDA backend, through cudarc's driver and NCCL bindings loaded at run
+//! time (`dynamic-loading`), so it builds and links on machines without CUDA.
+//!
+//! | item | what |
+//! |---|---|
+//! | [`CudaDevice`] | one GPU: `cuMemAlloc`/`cuMemFree`, non-blocking streams, disable-timing events, async memset/copies |
+//! | [`NcclCommunicator`] | one rank of an NCCL communicator (`ncclAlltoAll` on NCCL 2.28+, grouped send/recv before) |
+//! | [`open_cuda_world`] | every rank in this process, one device each (`ncclCommInitAll`) |
+//! | [`open_rank_from_env`] | one rank per process: torchrun's variables, NCCL id through the TCP store |
+//!
+//! Without `libcuda` (or `libnccl` for communicators) every entry point returns
+//! `BackendError::Unavailable` naming the library and where it was looked for; nothing
+//! panics. `delay` is best effort: a sleeping host function on the stream.
+//!
+//! The crate registers itself as backend `cuda`; link it with the facade's `cuda` feature.
+
+mod comm;
+mod device;
+mod error;
+mod registry;
+mod world;
+
+pub use comm::{NCCL_ALLTOALL_VERSION, NcclCommunicator, nccl_version};
+pub use device::{CudaDevice, CudaEventHandle, CudaStreamHandle, MAX_DELAY, device_count};
+pub use error::{BACKEND_NAME, NcclFailure};
+pub use world::{
+    LaunchError, NCCL_ID_KEY, NCCL_ID_LEN, ProcessRank, open_cuda_world, open_rank,
+    open_rank_from_env,
+};
+
+/// Re-exported so users can reach the raw bindings at the version this crate uses.
+pub use cudarc;

@@ -1,0 +1,181 @@
+//! Opening ranks: all of them in this process (one device each, `ncclCommInitAll`), or one
+//! per process with torchrun's variables and the TCP store ([`open_rank_from_env`]).
+
+use std::ffi::c_int;
+use std::time::Duration;
+
+use cudarc::nccl::result as nccl;
+use cudarc::nccl::sys;
+use memreuse_core::comm::{CommError, ErasedCommunicator};
+use memreuse_core::store::{EnvError, LaunchEnv, StoreError, StoreOptions, TcpStore};
+use memreuse_core::{AnyBackend, BackendError, RankEndpoint, WorldOptions};
+use thiserror::Error;
+
+use crate::comm::NcclCommunicator;
+use crate::device::{CudaDevice, device_count};
+use crate::error::{self, guard};
+
+/// The store key under which rank 0 publishes the NCCL unique id.
+pub const NCCL_ID_KEY: &str = "memreuse/nccl/unique_id";
+/// Size of an NCCL unique id in bytes.
+pub const NCCL_ID_LEN: usize = 128;
+
+fn comm_to_backend(e: CommError) -> BackendError {
+    match e {
+        CommError::Backend(b) => b,
+        other => error::invalid("open_world", other.to_string()),
+    }
+}
+
+/// Opens `world_size` devices (ranks `0..world_size` on devices `0..world_size`) with one
+/// world communicator, in this process (one thread per rank drives them afterwards).
+pub fn open_cuda_world(
+    world_size: usize,
+) -> Result<Vec<(CudaDevice, NcclCommunicator)>, BackendError> {
+    guard("open_world", || {
+        error::probe_driver()?;
+        error::probe_nccl()?;
+        if world_size == 0 {
+            return Err(error::invalid("open_world", "world size 0"));
+        }
+        let count = device_count()?;
+        if world_size > count {
+            return Err(error::unavailable(format!(
+                "needs {world_size} GPUs (NCCL refuses two ranks on one device), {count} visible"
+            )));
+        }
+        let devices = (0..world_size)
+            .map(CudaDevice::open)
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = c_int::try_from(world_size)
+            .map_err(|_| error::invalid("open_world", "world size too large"))?;
+        let list: Vec<c_int> = (0..n).collect();
+        let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); world_size];
+        devices[0].bind()?;
+        // SAFETY: `comms` has room for `n` handles and `list` names `n` distinct visible
+        // devices; NCCL fills every handle on success.
+        unsafe { nccl::comm_init_all(comms.as_mut_ptr(), n, list.as_ptr()) }
+            .map_err(|e| error::nccl("ncclCommInitAll", &e))?;
+        let mut out = Vec::with_capacity(world_size);
+        let mut raw = comms.into_iter();
+        for (rank, device) in devices.into_iter().enumerate() {
+            let Some(comm) = raw.next() else { break };
+            // SAFETY: `comm` is rank `rank` of the fresh `world_size`-rank communicator on
+            // device `rank`, owned by nobody else. On an error below, the communicators
+            // already wrapped are destroyed by their drops; the rest leak (no double free).
+            let c = unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size) }
+                .map_err(comm_to_backend)?;
+            out.push((device, c));
+        }
+        Ok(out)
+    })
+}
+
+/// The `WorldRegistration` entry point: erased endpoints for the conformance runner.
+pub(crate) fn open_world(options: &WorldOptions) -> Result<Vec<RankEndpoint>, BackendError> {
+    Ok(open_cuda_world(options.world_size)?
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (device, comm))| RankEndpoint {
+            rank,
+            backend: AnyBackend::new(device),
+            communicator: Box::new(ErasedCommunicator::<CudaDevice>::new(Box::new(comm))),
+        })
+        .collect())
+}
+
+/// Why a rank of a multi-process job could not start.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// torchrun's variables are missing or malformed.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// The store failed (rank 0 unreachable, timeout, wrong-length id).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The device or NCCL failed, or is unavailable.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// One rank of a multi-process job: its endpoint, its place in the job and the store
+/// (kept alive: on rank 0 it is the server).
+pub struct ProcessRank {
+    /// The parsed launch variables.
+    pub env: LaunchEnv,
+    /// The rank's device and world communicator.
+    pub endpoint: RankEndpoint,
+    /// The job's store.
+    pub store: TcpStore,
+}
+
+/// Reads torchrun's variables and opens this process's rank ([`open_rank`]).
+pub fn open_rank_from_env(timeout: Duration) -> Result<ProcessRank, LaunchError> {
+    open_rank(LaunchEnv::from_env()?, timeout)
+}
+
+/// Opens device `LOCAL_RANK` and joins the world: rank 0 hosts the store on
+/// `MASTER_ADDR:MASTER_PORT` and publishes a fresh NCCL unique id, the others fetch it
+/// (exactly 128 bytes) within `timeout`; then every rank calls `ncclCommInitRank`, which
+/// returns once all `WORLD_SIZE` ranks joined.
+pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, LaunchError> {
+    guard("open_rank", || {
+        error::probe_driver()?;
+        error::probe_nccl()
+    })?;
+    let addr = env.master_socket_addr()?;
+    let options = StoreOptions {
+        timeout,
+        ..StoreOptions::default()
+    };
+    let device = CudaDevice::open(env.local_rank)?;
+    let (store, id) = if env.rank == 0 {
+        let store = TcpStore::host(addr, options)?;
+        let id = guard("ncclGetUniqueId", || {
+            nccl::get_uniqueid().map_err(|e| error::nccl("ncclGetUniqueId", &e))
+        })?;
+        let bytes: Vec<u8> = id.internal.iter().map(|c| *c as u8).collect();
+        store.set(NCCL_ID_KEY, &bytes)?;
+        (store, id)
+    } else {
+        let store = TcpStore::connect(addr, options)?;
+        let bytes = store.get_exact(NCCL_ID_KEY, NCCL_ID_LEN)?;
+        let mut id = sys::ncclUniqueId {
+            internal: [0; NCCL_ID_LEN],
+        };
+        for (dst, src) in id.internal.iter_mut().zip(&bytes) {
+            *dst = *src as std::ffi::c_char;
+        }
+        (store, id)
+    };
+    let rank =
+        c_int::try_from(env.rank).map_err(|_| error::invalid("open_rank", "rank too large"))?;
+    let size = c_int::try_from(env.world_size)
+        .map_err(|_| error::invalid("open_rank", "world size too large"))?;
+    let comm = guard("ncclCommInitRank", || {
+        device.bind()?;
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: `comm` is a valid out pointer, `id` came from rank 0's `ncclGetUniqueId`
+        // (exactly 128 bytes), `rank < size`, and the device's context is current.
+        unsafe { nccl::comm_init_rank(&raw mut comm, size, id, rank) }
+            .map_err(|e| error::nccl("ncclCommInitRank", &e))?;
+        Ok(comm)
+    })?;
+    // SAFETY: `comm` is this process's rank of a fresh `world_size`-rank communicator on
+    // `device`, owned by nobody else.
+    let communicator =
+        unsafe { NcclCommunicator::from_raw(device.clone(), comm, env.rank, env.world_size) }
+            .map_err(comm_to_backend)?;
+    Ok(ProcessRank {
+        endpoint: RankEndpoint {
+            rank: env.rank,
+            backend: AnyBackend::new(device),
+            communicator: Box::new(ErasedCommunicator::<CudaDevice>::new(Box::new(
+                communicator,
+            ))),
+        },
+        env,
+        store,
+    })
+}

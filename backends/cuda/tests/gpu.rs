@@ -1,0 +1,238 @@
+//! Tests that need a CUDA GPU (and NCCL for the communicator ones). Each checks at run time
+//! and prints `skipped: no CUDA device` (or why) instead of failing where there is none, so
+//! CI (no GPU) passes them trivially; `scripts/gpu-check.sh` runs them on a GPU machine with
+//! `--nocapture` so the skip lines show if anything was missing there.
+
+#![allow(
+    clippy::float_cmp,
+    reason = "the values are small integers, exact in f32: results must match bit for bit"
+)]
+#![allow(
+    clippy::many_single_char_names,
+    reason = "device, stream, buffers and event of one short scenario"
+)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memreuse_core::comm::{Communicator, DType, ReduceOp};
+use memreuse_core::store::LaunchEnv;
+use memreuse_core::{AllocatorConfig, Backend, BackendError, CachingAllocator, DevicePtr};
+use memreuse_cuda::{CudaDevice, NcclCommunicator, device_count, open_cuda_world, open_rank};
+
+/// Devices visible, or `None` after printing why the test is skipped.
+fn gpus(needed: usize) -> Option<usize> {
+    match device_count() {
+        Ok(n) if n >= needed => Some(n),
+        Ok(n) => {
+            println!("skipped: needs {needed} CUDA device(s), {n} visible");
+            None
+        }
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            None
+        }
+    }
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[test]
+fn memory_streams_events_and_copies() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = CudaDevice::open(0).expect("open device 0");
+    let info = d.memory_info().expect("memory info");
+    assert!(info.total > 0 && info.free <= info.total);
+    let s = d.create_stream().expect("stream");
+    let other = d.create_stream().expect("stream");
+    assert_ne!(d.stream_id(&s), d.stream_id(&other));
+    let a = d.malloc(4096).expect("malloc");
+    let b = d.malloc(4096).expect("malloc");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    d.copy_host_to_device(a, &data, &s).expect("h2d");
+    d.memset_zero(b, 4096, &s).expect("memset");
+    let e = d.create_event().expect("event");
+    assert!(d.query_event(&e).expect("query unrecorded"));
+    d.record_event(&e, &s).expect("record");
+    d.stream_wait_event(&other, &e).expect("wait");
+    d.copy_device_to_device(b.offset(1024), a, 1024, &other)
+        .expect("d2d");
+    d.delay(1_000, &other).expect("delay");
+    let mut out = vec![0xffu8; 4096];
+    d.copy_device_to_host(&mut out, b, &other).expect("d2h");
+    assert!(out[..1024].iter().all(|x| *x == 0));
+    assert_eq!(&out[1024..2048], &data[..1024]);
+    d.synchronize_event(&e).expect("sync event");
+    d.synchronize_device().expect("sync device");
+    // Ranges outside live allocations are refused before reaching the driver.
+    assert!(matches!(
+        d.memset_zero(a.offset(4000), 200, &s),
+        Err(BackendError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        d.free(DevicePtr(a.addr() + 8)),
+        Err(BackendError::InvalidArgument { .. })
+    ));
+    d.free(a).expect("free");
+    d.free(b).expect("free");
+    assert!(matches!(
+        d.free(a),
+        Err(BackendError::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn delay_holds_back_later_work_on_the_stream() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = CudaDevice::open(0).expect("open");
+    let s = d.create_stream().expect("stream");
+    let started = Instant::now();
+    d.delay(50_000, &s).expect("delay");
+    d.synchronize_stream(&s).expect("sync");
+    assert!(started.elapsed() >= Duration::from_millis(45));
+}
+
+#[test]
+fn out_of_memory_is_the_typed_oom_error() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = CudaDevice::open(0).expect("open");
+    let total = d.memory_info().expect("info").total;
+    match d.malloc(total.saturating_mul(4)) {
+        Err(e) => assert!(e.is_out_of_memory(), "{e:?}"),
+        Ok(p) => {
+            d.free(p).expect("free");
+            panic!("allocated 4x the device");
+        }
+    }
+}
+
+#[test]
+fn the_caching_allocator_runs_on_cuda() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let alloc = CachingAllocator::new(Arc::clone(&d), AllocatorConfig::default());
+    let s = d.default_stream();
+    let x = alloc.allocate(1 << 20, &s).expect("allocate");
+    d.copy_host_to_device(x.ptr(), &bytes(&[1.5; 16]), &s)
+        .expect("h2d");
+    let mut out = vec![0u8; 64];
+    d.copy_device_to_host(&mut out, x.ptr(), &s).expect("d2h");
+    assert_eq!(f32s(&out), vec![1.5; 16]);
+    drop(x);
+    let y = alloc.allocate(1 << 20, &s).expect("reuse");
+    drop(y);
+}
+
+/// Runs `f(rank, comm)` on one thread per rank of an in-process world. Each thread owns
+/// and drops its rank (`ncclCommDestroy` may wait for the other ranks' destroys).
+fn per_rank(world: usize, f: impl Fn(usize, &NcclCommunicator) + Sync) {
+    let ranks = match open_cuda_world(world) {
+        Ok(r) => r,
+        Err(e @ BackendError::Unavailable { .. }) => {
+            println!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("open world: {e}"),
+    };
+    std::thread::scope(|scope| {
+        for (rank, (device, comm)) in ranks.into_iter().enumerate() {
+            let f = &f;
+            scope.spawn(move || {
+                f(rank, &comm);
+                drop(comm);
+                drop(device);
+            });
+        }
+    });
+}
+
+#[test]
+fn collectives_across_every_visible_gpu() {
+    let Some(n) = gpus(1) else { return };
+    per_rank(n, |rank, comm| {
+        let d = comm.device();
+        let s = d.create_stream().expect("stream");
+        let count = 8usize;
+        let buf = d.malloc((count * n * 4) as u64).expect("malloc");
+        let out = d.malloc((count * n * 4) as u64).expect("malloc");
+        let mine: Vec<f32> = (0..count * n).map(|i| (rank * 1000 + i) as f32).collect();
+        d.copy_host_to_device(buf, &bytes(&mine), &s).expect("h2d");
+        comm.all_to_all(buf, out, count, DType::F32, &s)
+            .expect("all_to_all");
+        let mut got = vec![0u8; count * n * 4];
+        d.copy_device_to_host(&mut got, out, &s).expect("d2h");
+        let got = f32s(&got);
+        for src in 0..n {
+            for i in 0..count {
+                assert_eq!(got[src * count + i], (src * 1000 + rank * count + i) as f32);
+            }
+        }
+        comm.all_reduce(buf, count, DType::F32, ReduceOp::Sum, &s)
+            .expect("all_reduce");
+        comm.barrier(&s).expect("barrier");
+        let mut sum = vec![0u8; count * 4];
+        d.copy_device_to_host(&mut sum, buf, &s).expect("d2h");
+        let expected: Vec<f32> = (0..count)
+            .map(|i| (0..n).map(|r| (r * 1000 + i) as f32).sum())
+            .collect();
+        assert_eq!(f32s(&sum), expected);
+        let sub = comm.new_group(&[0]).expect("new_group");
+        assert_eq!(sub.is_some(), rank == 0);
+        if let Some(sub) = sub {
+            sub.broadcast(buf, count, DType::F32, 0, &s)
+                .expect("broadcast");
+        }
+        d.synchronize_device().expect("sync");
+        d.free(buf).expect("free");
+        d.free(out).expect("free");
+    });
+}
+
+#[test]
+fn a_single_process_launch_through_the_store() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let vars = [
+        ("RANK", "0".to_owned()),
+        ("WORLD_SIZE", "1".to_owned()),
+        ("LOCAL_RANK", "0".to_owned()),
+        ("MASTER_ADDR", "127.0.0.1".to_owned()),
+        ("MASTER_PORT", port.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let env = LaunchEnv::from_map(&vars).expect("variables");
+    match open_rank(env, Duration::from_secs(30)) {
+        Ok(rank) => {
+            assert!(rank.store.is_host());
+            assert_eq!(rank.endpoint.communicator.size(), 1);
+        }
+        Err(memreuse_cuda::LaunchError::Backend(e @ BackendError::Unavailable { .. })) => {
+            println!("skipped: {e}");
+        }
+        Err(e) => panic!("launch: {e}"),
+    }
+}

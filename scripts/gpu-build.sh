@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds, here (no GPU needed), everything scripts/gpu-check.sh runs on a GPU machine that
+# has CUDA, Python and PyTorch but no Rust toolchain and no network:
+#   - memreuse-conformance with --features cuda (release),
+#   - the memreuse-cuda test binaries (release, `cargo test --no-run`),
+# stripped, into one git-ignored folder (default gpu-artifacts/, under 64 MiB in all), with
+# a manifest naming each test binary.
+# Usage: scripts/gpu-build.sh [OUT_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${1:-$PWD/gpu-artifacts}"
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+limit=$((64 * 1024 * 1024))
+export CARGO_TERM_COLOR=never
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests"
+
+echo "--- conformance runner (release, --features cuda)"
+cargo build --release --locked -p memreuse-conformance --features cuda
+cp "$target/release/memreuse-conformance" "$out/bin/"
+
+echo "--- memreuse-cuda test binaries (release, --no-run)"
+cargo test --release --locked -p memreuse-cuda --no-run --message-format=json \
+  | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    exe = msg.get("executable")
+    if msg.get("reason") == "compiler-artifact" and exe and msg.get("profile", {}).get("test"):
+        print(msg["target"]["name"], exe)
+' > "$out/tests.list.tmp"
+: > "$out/manifest.txt"
+while read -r name exe; do
+  cp "$exe" "$out/tests/$name"
+  echo "tests/$name" >> "$out/manifest.txt"
+done < "$out/tests.list.tmp"
+rm -f "$out/tests.list.tmp"
+echo "bin/memreuse-conformance" >> "$out/manifest.txt"
+
+if command -v strip >/dev/null 2>&1; then
+  strip "$out"/bin/* "$out"/tests/*
+else
+  echo "strip not found: copying unstripped binaries" >&2
+fi
+chmod +x "$out"/bin/* "$out"/tests/*
+git rev-parse HEAD > "$out/commit.txt" 2>/dev/null || echo unknown > "$out/commit.txt"
+
+size=$(du -sb "$out" | cut -f1)
+echo "--- $out: $(wc -l < "$out/manifest.txt") binaries, $((size / 1024 / 1024)) MiB"
+cat "$out/manifest.txt"
+if [ "$size" -ge "$limit" ]; then
+  echo "gpu artifacts are $size bytes, over the 64 MiB limit" >&2
+  exit 1
+fi
