@@ -133,9 +133,14 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Some(Command::Validate { files }) => validate_files(&files),
         Some(Command::Generate(args)) => generate_file(&args),
         Some(Command::List) => {
+            println!("presets:");
             for p in PRESETS {
                 let tag = if p.adversarial { " (adversarial)" } else { "" };
-                println!("{:<18} {}{tag}", p.name, p.description);
+                println!("  {:<18} {}{tag}", p.name, p.description);
+            }
+            println!("backends:");
+            for line in backend_lines() {
+                println!("  {line}");
             }
             ExitCode::SUCCESS
         }
@@ -195,4 +200,31 @@ fn generate_file(args: &GenerateArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// One line per known or linked backend: available (with its device count), unavailable
+/// (with the reason the backend gives), or not compiled into this build (with the feature).
+pub fn backend_lines() -> Vec<String> {
+    let mut names: Vec<&str> = memreuse::KNOWN_BACKENDS.iter().map(|(n, _)| *n).collect();
+    for r in memreuse::registered_backends() {
+        if !names.contains(&r.name) {
+            names.push(r.name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| match memreuse::find_backend(name) {
+            Some(r) => match (r.device_count)() {
+                Ok(n) => format!("{name:<8} available, {n} device(s): {}", r.summary),
+                Err(e) => format!("{name:<8} unavailable: {e}"),
+            },
+            None => {
+                let feature = memreuse::KNOWN_BACKENDS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(name, |(_, f)| f);
+                format!("{name:<8} not compiled into this build (cargo feature `{feature}`)")
+            }
+        })
+        .collect()
 }

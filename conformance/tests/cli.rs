@@ -31,6 +31,20 @@ fn list_names_every_preset() {
     for p in memreuse_conformance::generate::PRESETS {
         assert!(text(&o).contains(p.name), "{}", p.name);
     }
+    // Backends: the mock is available; cuda is either not compiled in or, compiled in on
+    // a machine without a driver, unavailable with the reason — never a panic.
+    let out = text(&o);
+    assert!(out.contains("mock     available"), "{out}");
+    let cuda = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("cuda"))
+        .expect("a cuda line");
+    assert!(
+        cuda.contains("not compiled")
+            || cuda.contains("unavailable")
+            || cuda.contains("available,"),
+        "{cuda}"
+    );
 }
 
 #[test]
