@@ -213,12 +213,13 @@ pub fn backend_lines() -> Vec<String> {
     }
     names
         .into_iter()
-        .map(|name| match memreuse::find_backend(name) {
-            Some(r) => match (r.device_count)() {
-                Ok(n) => format!("{name:<8} available, {n} device(s): {}", r.summary),
-                Err(e) => format!("{name:<8} unavailable: {e}"),
-            },
-            None => {
+        .map(|name| {
+            if let Some(r) = memreuse::find_backend(name) {
+                match (r.device_count)() {
+                    Ok(n) => format!("{name:<8} available, {n} device(s): {}", r.summary),
+                    Err(e) => format!("{name:<8} unavailable: {e}"),
+                }
+            } else {
                 let feature = memreuse::KNOWN_BACKENDS
                     .iter()
                     .find(|(n, _)| *n == name)
