@@ -10,9 +10,7 @@ use memreuse_core::Backend;
 use memreuse_core::allocator::{
     AllocError, AllocatorConfig, BlockState, CachingAllocator, DEFAULT_TRACE_CAPACITY,
 };
-use memreuse_core::observe::{
-    OOM_SNAPSHOT_ENV, ViewerSnapshot, install_oom_snapshot, install_oom_snapshot_from_env,
-};
+use memreuse_core::observe::{OOM_SNAPSHOT_ENV, ViewerSnapshot};
 use memreuse_core::testing::{ManualBackend, ManualStream};
 use observe_support::{check_pickles, temp_dir};
 
@@ -148,11 +146,17 @@ fn provoke_oom(alloc: &Alloc, s0: &ManualStream) -> AllocError {
 fn oom_snapshot_is_written_before_the_error_returns_and_ends_with_oom() {
     let (_backend, alloc, s0, _s1) = traced(64 * MIB);
     let dir = temp_dir("oom");
-    let path = dir.join("oom-{device}.pickle");
-    install_oom_snapshot(&alloc, path);
+    alloc.set_oom_snapshot_path(Some(dir.join("oom-{device}.pickle")));
     let err = provoke_oom(&alloc, &s0);
-    assert!(matches!(err, AllocError::OutOfMemory(_)), "{err}");
     let file = dir.join("oom-0.pickle");
+    let AllocError::OutOfMemory(oom) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(oom.snapshot.as_deref(), Some(file.as_path()));
+    let msg = err.to_string();
+    assert!(msg.contains(&file.display().to_string()), "{msg}");
+    assert!(msg.contains("outside memreuse"), "{msg}");
+    eprintln!("{msg}");
     assert!(file.exists(), "written by the time allocate returned");
     assert_eq!(last_actions(&file), vec!["oom".to_owned()]);
     check_pickles(&[file], &["--last-action", "oom"]);
@@ -165,8 +169,12 @@ fn oom_snapshot_env_variable_in_a_child_process() {
     if std::env::var_os(CHILD).is_some() {
         // The child: the variable was set by the parent for this process only.
         let (_backend, alloc, s0, _s1) = traced(64 * MIB);
-        assert!(install_oom_snapshot_from_env(&alloc).is_some());
-        provoke_oom(&alloc, &s0);
+        assert!(
+            alloc.oom_snapshot_path().is_some(),
+            "read from the environment"
+        );
+        let msg = provoke_oom(&alloc, &s0).to_string();
+        assert!(msg.contains("Memory snapshot written to"), "{msg}");
         return;
     }
     let dir = temp_dir("oomenv");

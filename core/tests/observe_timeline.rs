@@ -117,13 +117,24 @@ fn timeline_has_stream_tracks_pending_free_and_collective_spans_and_counters() {
     let text = t.to_json();
     let (spans, counters) = validate(&text);
     assert_eq!(spans.get("collective"), Some(&1));
-    assert_eq!(
-        spans.get("pending_free"),
-        Some(&2),
-        "one completed, one closed at the end"
+    // At least the record_stream'd free that completed and the one still pending (an
+    // immediate free whose two trace entries straddle a microsecond tick adds a 1 us span).
+    assert!(
+        spans.get("pending_free").copied().unwrap_or(0) >= 2,
+        "one completed, one closed at the end: {spans:?}"
     );
     assert_eq!(counters, 2 * samples.len());
     let v: Value = serde_json::from_str(&text).unwrap();
+    let unfinished = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "b" && e["args"]["unfinished"] == true)
+        .count();
+    assert_eq!(
+        unfinished, 1,
+        "the block still pending is closed at the end"
+    );
     let names: Vec<&str> = v["traceEvents"]
         .as_array()
         .unwrap()

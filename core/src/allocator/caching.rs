@@ -1,6 +1,7 @@
 //! [`CachingAllocator`]: the public face, and the malloc chain that drops the lock around
 //! callbacks and observers.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -39,6 +40,8 @@ pub struct CachingAllocator<B: Backend> {
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
     oom_observers: Registry<OomObserver>,
+    /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
+    oom_snapshot: Mutex<Option<PathBuf>>,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
@@ -70,6 +73,11 @@ impl<B: Backend> CachingAllocator<B> {
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
             oom_observers: Registry::new(),
+            oom_snapshot: Mutex::new(
+                std::env::var_os(crate::observe::OOM_SNAPSHOT_ENV)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from),
+            ),
         })
     }
 
@@ -171,8 +179,13 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(slot) = st.alloc_segment(req, true)? {
             return Ok(st.hand_out(slot, req));
         }
-        let (info, err) = st.out_of_memory(req);
+        let (info, mut err) = st.out_of_memory(req);
         drop(st);
+        // The snapshot shows the moment of failure: before observers free anything.
+        let template = self.oom_snapshot.lock().clone();
+        if let Some(template) = template {
+            err.snapshot = crate::observe::oom::write_oom_snapshot(self, &info, &template);
+        }
         for observer in self.oom_observers.snapshot() {
             observer(&info);
         }
@@ -294,6 +307,18 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Where a viewer snapshot (pickle) is written at out-of-memory, before the error
+    /// returns; `{device}` in the path becomes the device index. Initialized from
+    /// `MEMREUSE_OOM_SNAPSHOT`; `None` turns it off. The error's message names the file.
+    pub fn set_oom_snapshot_path(&self, path: Option<PathBuf>) {
+        *self.oom_snapshot.lock() = path;
+    }
+
+    /// The OOM snapshot path template, if set.
+    pub fn oom_snapshot_path(&self) -> Option<PathBuf> {
+        self.oom_snapshot.lock().clone()
     }
 
     /// Registers an OOM observer, called (without the allocator lock) before an

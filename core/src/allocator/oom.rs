@@ -1,6 +1,7 @@
 //! Allocation errors and out-of-memory reports.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use thiserror::Error;
 
@@ -48,6 +49,11 @@ pub struct OutOfMemory {
     pub limit: Option<u64>,
     /// Largest free block in the cache (any stream).
     pub largest_free_block: u64,
+    /// Bytes of free cached blocks (pending-free blocks excluded).
+    pub cached_free: u64,
+    /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
+    /// [`super::CachingAllocator::set_oom_snapshot_path`]), if one was written.
+    pub snapshot: Option<PathBuf>,
 }
 
 /// Bytes in PyTorch's `format_size` style (`1.50 GiB`, `20.00 MiB`, `512 bytes`).
@@ -92,6 +98,20 @@ impl fmt::Display for OutOfMemory {
             FormatSize(self.allocated),
             FormatSize(self.reserved_unallocated),
         )?;
+        if self.device_total > 0 {
+            write!(
+                f,
+                " Device memory in use outside memreuse (total - free - reserved: communicator buffers, contexts, other libraries): {}.",
+                FormatSize(self.outside_allocator()),
+            )?;
+        }
+        if self.cached_free > 0 {
+            write!(
+                f,
+                " Fragmentation of the cached free memory: {:.2} (1 - largest free block / free cached bytes).",
+                self.fragmentation_ratio(),
+            )?;
+        }
         if self.fragmented() {
             write!(
                 f,
@@ -99,11 +119,35 @@ impl fmt::Display for OutOfMemory {
                 FormatSize(self.largest_free_block),
             )?;
         }
+        if let Some(path) = &self.snapshot {
+            write!(
+                f,
+                " Memory snapshot written to {p}: python -m torch.cuda._memory_viz trace_plot {p} -o oom.html",
+                p = path.display(),
+            )?;
+        }
         Ok(())
     }
 }
 
 impl OutOfMemory {
+    /// Device memory in use that the allocator does not own: total - free - reserved
+    /// (0 when the device could not say).
+    pub fn outside_allocator(&self) -> u64 {
+        self.device_total
+            .saturating_sub(self.device_free)
+            .saturating_sub(self.allocated + self.reserved_unallocated)
+    }
+
+    /// `1 - largest free block / free cached bytes` (0 with nothing cached).
+    pub fn fragmentation_ratio(&self) -> f64 {
+        if self.cached_free == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free_block.min(self.cached_free) as f64 / self.cached_free as f64
+        }
+    }
+
     /// True when the cache holds enough unallocated memory for the request in total, but no
     /// single free block large enough: the failure is fragmentation, not exhaustion.
     pub fn fragmented(&self) -> bool {

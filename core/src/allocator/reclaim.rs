@@ -195,6 +195,8 @@ impl<B: Backend> State<B> {
             reserved_unallocated: reserved - allocated,
             limit,
             largest_free_block: self.largest_free_block(),
+            cached_free: self.stats.cached_free_bytes,
+            snapshot: None,
         };
         (info, err)
     }

@@ -9,7 +9,8 @@
 //! - [`metrics`] and [`http`]: Prometheus text exposition and an opt-in `/metrics` endpoint.
 //! - [`early_warning`]: projected time to the memory limit from the recent growth rate.
 //! - [`fragmentation`]: fragmentation per pool and device memory used outside the allocator.
-//! - [`oom`]: a snapshot written at the moment of out-of-memory (`MEMREUSE_OOM_SNAPSHOT`).
+//! - [`oom`]: the snapshot the allocator writes at the moment of out-of-memory
+//!   (`MEMREUSE_OOM_SNAPSHOT`), named in the `OutOfMemory` message.
 
 pub mod early_warning;
 pub mod fragmentation;
@@ -25,8 +26,6 @@ pub use fragmentation::{
 };
 pub use http::MetricsServer;
 pub use metrics::{DeviceMetrics, GroupMetrics, MetricsReport, render_metrics};
-pub use oom::{
-    OOM_SNAPSHOT_ENV, install_oom_snapshot, install_oom_snapshot_from_env, oom_snapshot,
-};
+pub use oom::{OOM_SNAPSHOT_ENV, oom_snapshot, oom_snapshot_path, write_oom_snapshot};
 pub use timeline::{MemorySample, Timeline};
 pub use viewer::{ExportError, ViewerSnapshot};

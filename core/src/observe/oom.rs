@@ -1,30 +1,29 @@
 //! OOM forensics: a viewer snapshot written at the moment of out-of-memory, before the
 //! error returns to the caller.
 //!
-//! `MEMREUSE_OOM_SNAPSHOT=PATH` (read by [`install_oom_snapshot_from_env`]) or
-//! [`install_oom_snapshot`] installs an OOM observer; the allocator calls observers after
-//! its whole retry chain failed and before `allocate` returns the error. `{device}` in the
-//! path is replaced by the device index (one file per device in a multi-device process).
-//! The trace of the written snapshot ends with the `oom` entry (enable tracing with
-//! `AllocatorConfig::with_trace_capacity` to see what led there; without it the trace holds
-//! only that entry).
+//! The allocator does it itself when `MEMREUSE_OOM_SNAPSHOT=PATH` was set when it was
+//! created, or after [`crate::CachingAllocator::set_oom_snapshot_path`]: at the end of the
+//! retry chain, before OOM observers run and before `allocate` returns, it writes
+//! [`oom_snapshot`] as a pickle to the path (`{device}` replaced by the device index, so a
+//! multi-device process writes one file per device), and the `OutOfMemory` message names
+//! the file. The trace of the snapshot ends with the `oom` entry; enable tracing
+//! (`AllocatorConfig::with_trace_capacity`) to see what led there, without it the trace
+//! holds only that entry.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
 
 use super::viewer::{ExportError, ViewerSnapshot};
-use crate::allocator::{
-    CachingAllocator, CallbackId, OomInfo, TraceAction, TraceEntry, trace_clock_us,
-};
+use crate::allocator::{CachingAllocator, OomInfo, TraceAction, TraceEntry, trace_clock_us};
 use crate::backend::Backend;
 use crate::ids::StreamId;
 
-/// The environment variable naming the OOM snapshot file.
+/// The environment variable naming the OOM snapshot file (read when an allocator is
+/// created).
 pub const OOM_SNAPSHOT_ENV: &str = "MEMREUSE_OOM_SNAPSHOT";
 
 /// The snapshot of `allocator` at an OOM described by `info`: the trace ends with the
-/// `oom` entry (the `snapshot` entry taking it records is dropped, and an `oom` entry is
-/// added from `info` if the trace does not end with one).
+/// `oom` entry (the `snapshot` entry that taking it records is dropped, and an `oom` entry
+/// is added from `info` if the trace does not end with one).
 pub fn oom_snapshot<B: Backend>(
     allocator: &CachingAllocator<B>,
     info: &OomInfo,
@@ -64,38 +63,20 @@ pub fn oom_snapshot_path(template: &Path, device: usize) -> PathBuf {
     }
 }
 
-/// Installs an OOM observer on `allocator` that writes [`oom_snapshot`] as a pickle to
-/// `path` (see [`oom_snapshot_path`]). Failures to write are logged, never raised: the
-/// caller gets its `OutOfMemory` either way. Remove it with
-/// `allocator.remove_oom_observer(id)`.
-pub fn install_oom_snapshot<B>(allocator: &Arc<CachingAllocator<B>>, path: PathBuf) -> CallbackId
-where
-    B: Backend + Send + Sync + 'static,
-{
-    let weak: Weak<CachingAllocator<B>> = Arc::downgrade(allocator);
-    allocator.add_oom_observer(Arc::new(move |info: &OomInfo| {
-        let Some(alloc) = weak.upgrade() else {
-            return;
-        };
-        let file = oom_snapshot_path(&path, info.device);
-        match oom_snapshot(&alloc, info).and_then(|s| s.write_pickle(&file)) {
-            Ok(()) => tracing::error!(
-                path = %file.display(),
-                "memreuse: out of memory on device {}; snapshot written to {} (open it with `python -m torch.cuda._memory_viz trace_plot FILE -o out.html`)",
-                info.device,
-                file.display()
-            ),
-            Err(e) => tracing::warn!(%e, "memreuse: could not write the OOM snapshot"),
+/// Writes [`oom_snapshot`] as a pickle to [`oom_snapshot_path`]; returns the file, or
+/// `None` after logging why it could not be written (the caller gets its `OutOfMemory`
+/// either way).
+pub fn write_oom_snapshot<B: Backend>(
+    allocator: &CachingAllocator<B>,
+    info: &OomInfo,
+    template: &Path,
+) -> Option<PathBuf> {
+    let file = oom_snapshot_path(template, info.device);
+    match oom_snapshot(allocator, info).and_then(|s| s.write_pickle(&file)) {
+        Ok(()) => Some(file),
+        Err(e) => {
+            tracing::warn!(%e, "memreuse: could not write the OOM snapshot");
+            None
         }
-    }))
-}
-
-/// [`install_oom_snapshot`] with the path from `MEMREUSE_OOM_SNAPSHOT`, if it is set and
-/// not empty.
-pub fn install_oom_snapshot_from_env<B>(allocator: &Arc<CachingAllocator<B>>) -> Option<CallbackId>
-where
-    B: Backend + Send + Sync + 'static,
-{
-    let path = std::env::var_os(OOM_SNAPSHOT_ENV).filter(|p| !p.is_empty())?;
-    Some(install_oom_snapshot(allocator, PathBuf::from(path)))
+    }
 }
