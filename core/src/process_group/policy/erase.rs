@@ -50,17 +50,7 @@ impl<B: Backend> ReusePolicy<B> for EraseAtWait {
         work: &WorkState<B>,
         current: &B::Stream,
     ) -> Vec<Storage<B>> {
-        let tracked = std::mem::take(&mut *work.tracked.lock());
-        let mut alive = Vec::with_capacity(tracked.len());
-        for t in tracked {
-            if let Some(s) = t.weak.upgrade() {
-                cx.allocator
-                    .erase_stream(&s, cx.comm_stream, work.id, current);
-                alive.push(s);
-            }
-        }
-        // Dropping `alive` only drops the upgraded handles; the user still holds the rest.
-        alive
+        erase_tracked(cx, work, current, false)
     }
 }
 
@@ -91,18 +81,31 @@ impl<B: Backend> ReusePolicy<B> for EraseAtWaitByBlock {
         work: &WorkState<B>,
         current: &B::Stream,
     ) -> Vec<Storage<B>> {
-        let tracked = std::mem::take(&mut *work.tracked.lock());
-        let mut alive = Vec::with_capacity(tracked.len());
-        for t in tracked {
-            if let Some(s) = t.weak.upgrade() {
-                cx.allocator
-                    .erase_stream(&s, cx.comm_stream, work.id, current);
-                alive.push(s);
-            } else {
-                cx.allocator
-                    .erase_stream_by_block(t.block, work.id, cx.comm_stream, current);
-            }
-        }
-        alive
+        erase_tracked(cx, work, current, true)
     }
+}
+
+/// The release step of modes 1 and 3: erase this work's use of the comm stream on every
+/// tracked tensor still alive; with `by_block` (mode 3), also on the blocks of tensors
+/// already dropped, through their generation-checked ids. Returns the upgraded handles
+/// (dropping them only drops these extra references; the user still holds the tensors).
+fn erase_tracked<B: Backend>(
+    cx: &PolicyContext<'_, B>,
+    work: &WorkState<B>,
+    current: &B::Stream,
+    by_block: bool,
+) -> Vec<Storage<B>> {
+    let tracked = std::mem::take(&mut *work.tracked.lock());
+    let mut alive = Vec::with_capacity(tracked.len());
+    for t in tracked {
+        if let Some(s) = t.weak.upgrade() {
+            cx.allocator
+                .erase_stream(&s, cx.comm_stream, work.id, current);
+            alive.push(s);
+        } else if by_block {
+            cx.allocator
+                .erase_stream_by_block(t.block, work.id, cx.comm_stream, current);
+        }
+    }
+    alive
 }
