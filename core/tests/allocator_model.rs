@@ -420,6 +420,11 @@ fn run(conf: &str, ops: &[Op]) {
             let snap = alloc.snapshot();
             common::check_tiling(&snap);
             assert_eq!(
+                st.fragmentation,
+                memreuse_core::observe::fragmentation(&snap),
+                "live fragmentation differs from the snapshot's"
+            );
+            assert_eq!(
                 snap.segments,
                 twin.snapshot().segments,
                 "segments differ from the eager twin"

@@ -256,3 +256,63 @@ fn huge_requests_fail_cleanly() {
     check_identities(&alloc.stats());
     assert_eq!(alloc.allocate(1, &s0).unwrap().size(), 512);
 }
+
+#[test]
+fn oom_from_fragmentation_reports_it_per_pool() {
+    within(20, || {
+        let (_backend, alloc, [s0, ..]) = setup_with(24 * MIB, "");
+        // Four 4 MiB blocks carved from one 20 MiB segment (requests under 10 MiB get a
+        // 20 MiB segment, as in PyTorch), then every other one freed: 12 MiB free in the
+        // cache, but no block of more than 4 MiB.
+        let blocks: Vec<_> = (0..4)
+            .map(|_| alloc.allocate(4 * MIB, &s0).unwrap())
+            .collect();
+        let mut blocks = blocks.into_iter();
+        let (a, b, c, d) = (
+            blocks.next().unwrap(),
+            blocks.next().unwrap(),
+            blocks.next().unwrap(),
+            blocks.next().unwrap(),
+        );
+        drop(a);
+        drop(c);
+        let before = alloc.stats().fragmentation.large;
+        assert_eq!(
+            (before.total_free, before.largest_free, before.free_blocks),
+            (12 * MIB, 4 * MIB, 3)
+        );
+        let Err(AllocError::OutOfMemory(oom)) = alloc.allocate(8 * MIB, &s0) else {
+            panic!("expected out of memory");
+        };
+        assert!(
+            oom.fragmented(),
+            "12 MiB cached, largest block 4 MiB: {oom}"
+        );
+        assert_eq!(oom.fragmentation.large, before);
+        assert_eq!(oom.fragmentation.small.total_free, 0);
+        assert!((oom.fragmentation_ratio() - 2.0 / 3.0).abs() < 1e-9);
+        let msg = oom.to_string();
+        assert!(
+            msg.contains(
+                "Fragmentation of the cached free memory: 0.67 (small pool 0.00, large pool 0.67"
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("largest cached free block is only 4.00 MiB"),
+            "{msg}"
+        );
+        // Nothing was lost: the figures still add up and freeing the rest coalesces.
+        check_identities(&alloc.stats());
+        drop((b, d));
+        let st = alloc.stats();
+        assert_eq!(
+            (
+                st.fragmentation.large.free_blocks,
+                st.fragmentation.large.largest_free
+            ),
+            (1, 20 * MIB)
+        );
+        check_identities(&st);
+    });
+}

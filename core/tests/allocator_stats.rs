@@ -305,3 +305,53 @@ fn stat_arrays_read_as_their_aggregate() {
     );
     assert_eq!(st.reserved_bytes.peak, 14 * MIB);
 }
+
+#[test]
+fn stats_carry_fragmentation_per_pool_including_parked_blocks() {
+    let (_backend, alloc, [s0, s1, _]) = setup();
+    let a = alloc.allocate(512, &s0).unwrap();
+    let b = alloc.allocate(512, &s0).unwrap();
+    let st = alloc.stats();
+    // One 2 MiB small segment: a, b, and the free remainder.
+    assert_eq!(st.fragmentation.small.free_blocks, 1);
+    assert_eq!(st.fragmentation.small.largest_free, 2 * MIB - 1024);
+    assert!(st.fragmentation.small.ratio().abs() < f64::EPSILON);
+    // Freeing `a` (no stream uses) parks it: it stands for itself (its upper neighbour b is
+    // allocated), so the pool holds two free blocks, and the figures are eager merging's.
+    drop(a);
+    let st = alloc.stats();
+    let small = st.fragmentation.small;
+    assert_eq!(
+        (small.free_blocks, small.total_free, small.largest_free),
+        (2, 2 * MIB - 512, 2 * MIB - 1024)
+    );
+    let expected = 1.0 - (2 * MIB - 1024) as f64 / (2 * MIB - 512) as f64;
+    assert!((small.ratio() - expected).abs() < 1e-12);
+    assert_eq!(
+        st.fragmentation.large,
+        allocator::PoolFragmentation::default()
+    );
+    check_identities(&st);
+    // Freeing b merges everything into one free block: no fragmentation left.
+    drop(b);
+    let st = alloc.stats();
+    assert_eq!(
+        (
+            st.fragmentation.small.free_blocks,
+            st.fragmentation.small.largest_free
+        ),
+        (1, 2 * MIB)
+    );
+    assert!(st.fragmentation.all.ratio().abs() < f64::EPSILON);
+    // A large block: its pool is counted apart; pending-free blocks do not count.
+    let big = alloc.allocate(30 * MIB, &s1).unwrap();
+    alloc.record_stream(&big, &s0);
+    drop(big);
+    let st = alloc.stats();
+    assert_eq!(
+        st.fragmentation.large.total_free, 0,
+        "pending free is not free"
+    );
+    assert_eq!(st.pending_free_bytes, 30 * MIB);
+    check_identities(&st);
+}

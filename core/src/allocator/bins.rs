@@ -80,6 +80,11 @@ impl<B: Backend> State<B> {
         }
     }
 
+    /// Bytes of the block eager merging would have made of the parked block in `slot`.
+    pub fn merged_size(&self, slot: u32) -> u64 {
+        self.merged(slot).size
+    }
+
     /// The block in `slot` was just freed by the user with no stream uses: park it when the
     /// invariant allows, else return it to its pool at once.
     pub fn defer_free(&mut self, slot: u32) {

@@ -189,7 +189,7 @@ impl<B: Backend> CachingAllocator<B> {
         for observer in self.oom_observers.snapshot() {
             observer(&info);
         }
-        Err(AllocError::OutOfMemory(err))
+        Err(AllocError::OutOfMemory(Box::new(err)))
     }
 
     /// Called when the last handle of a storage drops.
@@ -273,9 +273,13 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(())
     }
 
-    /// A copy of the statistics.
+    /// A copy of the statistics, with the fragmentation of the cached free blocks (an
+    /// O(free blocks) walk of the pools under the lock).
     pub fn stats(&self) -> AllocatorStats {
-        self.state.lock().stats.clone()
+        let st = self.state.lock();
+        let mut stats = st.stats.clone();
+        stats.fragmentation = st.fragmentation();
+        stats
     }
 
     /// Resets every peak to its current value.

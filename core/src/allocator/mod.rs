@@ -30,6 +30,7 @@ mod caching;
 mod callbacks;
 mod config;
 mod events;
+mod fragmentation;
 mod oom;
 mod pool;
 mod reclaim;
@@ -47,6 +48,7 @@ pub use callbacks::CallbackId;
 pub use config::{
     ALLOC_CONF_ENV, AllocatorConfig, ConfigError, DEFAULT_TRACE_CAPACITY, VALID_KEYS,
 };
+pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use oom::{AllocError, FormatSize, OomInfo, OutOfMemory};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,

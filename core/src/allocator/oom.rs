@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use super::fragmentation::Fragmentation;
 use crate::error::BackendError;
 
 /// What OOM observers receive (PyTorch's `(device, alloc_size, limit, device_free)` and
@@ -51,6 +52,8 @@ pub struct OutOfMemory {
     pub largest_free_block: u64,
     /// Bytes of free cached blocks (pending-free blocks excluded).
     pub cached_free: u64,
+    /// Fragmentation of the cached free blocks per pool at the failure.
+    pub fragmentation: Fragmentation,
     /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
     /// [`super::CachingAllocator::set_oom_snapshot_path`]), if one was written.
     pub snapshot: Option<PathBuf>,
@@ -108,8 +111,10 @@ impl fmt::Display for OutOfMemory {
         if self.cached_free > 0 {
             write!(
                 f,
-                " Fragmentation of the cached free memory: {:.2} (1 - largest free block / free cached bytes).",
+                " Fragmentation of the cached free memory: {:.2} (small pool {:.2}, large pool {:.2}; 1 - largest free block / free cached bytes).",
                 self.fragmentation_ratio(),
+                self.fragmentation.small.ratio(),
+                self.fragmentation.large.ratio(),
             )?;
         }
         if self.fragmented() {
@@ -161,10 +166,17 @@ impl std::error::Error for OutOfMemory {}
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AllocError {
-    /// Out of memory after the whole retry chain.
+    /// Out of memory after the whole retry chain (boxed: the report is large and the
+    /// path cold, so `Result<_, AllocError>` stays small on the hot path).
     #[error(transparent)]
-    OutOfMemory(#[from] OutOfMemory),
+    OutOfMemory(#[from] Box<OutOfMemory>),
     /// A backend call failed with something other than out-of-memory.
     #[error("memreuse allocator: {0}")]
     Backend(#[from] BackendError),
+}
+
+impl From<OutOfMemory> for AllocError {
+    fn from(oom: OutOfMemory) -> Self {
+        AllocError::OutOfMemory(Box::new(oom))
+    }
 }

@@ -196,6 +196,7 @@ impl<B: Backend> State<B> {
             limit,
             largest_free_block: self.largest_free_block(),
             cached_free: self.stats.cached_free_bytes,
+            fragmentation: self.fragmentation(),
             snapshot: None,
         };
         (info, err)

@@ -14,6 +14,7 @@
 //! Byte figures are block sizes (rounded), except `requested_bytes`, which sums what callers
 //! asked for, of active blocks.
 
+use super::fragmentation::Fragmentation;
 use super::sizes::PoolKind;
 
 /// One statistic: current value, peak since the last reset, and cumulative increases
@@ -151,6 +152,10 @@ pub struct AllocatorStats {
     pub pending_free_bytes: u64,
     /// Bytes of free blocks held in the pools (current).
     pub cached_free_bytes: u64,
+    /// Fragmentation of the cached free blocks per pool (`1 - largest free block / free
+    /// bytes`, see [`Fragmentation`]), computed when [`super::CachingAllocator::stats`] is
+    /// called; `fragmentation.all.total_free == cached_free_bytes`.
+    pub fragmentation: Fragmentation,
 }
 
 impl AllocatorStats {

@@ -11,7 +11,7 @@
 //! | `memreuse_{allocated,reserved}_peak_bytes{pool}` | gauge | `*_bytes.peak` |
 //! | `memreuse_allocations{pool}`, `memreuse_segments{pool}` | gauge | `allocation`, `segment` |
 //! | `memreuse_pending_free_bytes`, `memreuse_cached_free_bytes` | gauge | stats |
-//! | `memreuse_fragmentation_ratio{pool}`, `memreuse_largest_free_block_bytes{pool}` | gauge | [`super::fragmentation`] |
+//! | `memreuse_fragmentation_ratio{pool}`, `memreuse_largest_free_block_bytes{pool}` | gauge | [`AllocatorStats::fragmentation`] |
 //! | `memreuse_device_total_bytes`, `memreuse_device_free_bytes`, `memreuse_device_used_outside_allocator_bytes` | gauge | backend `memory_info` |
 //! | `memreuse_{alloc_retries,ooms,sync_all_streams,device_allocs,device_frees,reuse_events_created,record_stream_calls,erase_stream_calls}_total` | counter | stats |
 //! | `memreuse_early_warnings_total` | counter | [`super::EarlyWarning::warnings`] |
@@ -26,7 +26,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::fragmentation::{Fragmentation, fragmentation, memory_outside_allocator};
+use super::fragmentation::memory_outside_allocator;
 use crate::allocator::{AllocatorStats, CachingAllocator, StatArray};
 use crate::backend::Backend;
 use crate::ids::MemoryInfo;
@@ -41,8 +41,6 @@ pub struct DeviceMetrics {
     pub device: usize,
     /// Allocator statistics.
     pub stats: AllocatorStats,
-    /// Fragmentation per pool (from a snapshot), if computed.
-    pub fragmentation: Option<Fragmentation>,
     /// The device's free and total memory, if it could say.
     pub memory: Option<MemoryInfo>,
     /// Early warnings fired for this device, if a watcher runs.
@@ -50,16 +48,13 @@ pub struct DeviceMetrics {
 }
 
 impl DeviceMetrics {
-    /// Reads `allocator`'s stats, its fragmentation (this takes a snapshot, which records a
-    /// `snapshot` trace entry when tracing is on) and the device's memory info.
+    /// Reads `allocator`'s stats (fragmentation included) and the device's memory info.
     pub fn collect<B: Backend>(allocator: &CachingAllocator<B>) -> Self {
         let backend = allocator.backend();
-        let snapshot = allocator.snapshot();
         DeviceMetrics {
             backend: backend.name().to_owned(),
             device: backend.device_index(),
             stats: allocator.stats(),
-            fragmentation: Some(fragmentation(&snapshot)),
             memory: backend.memory_info().ok(),
             early_warnings: None,
         }
@@ -283,23 +278,21 @@ fn device_metrics(x: &mut Exposition, d: &DeviceMetrics) {
         &l,
         s.cached_free_bytes,
     );
-    if let Some(f) = &d.fragmentation {
-        for (pool, p) in f.by_pool() {
-            let pl = with(&l, "pool", pool);
-            x.float(
-                "fragmentation_ratio",
-                "1 - largest free block / total free bytes, per pool.",
-                &pl,
-                p.ratio(),
-            );
-            x.gauge(
-                "largest_free_block",
-                "The largest free cached block, per pool.",
-                true,
-                &pl,
-                p.largest_free,
-            );
-        }
+    for (pool, p) in s.fragmentation.by_pool() {
+        let pl = with(&l, "pool", pool);
+        x.float(
+            "fragmentation_ratio",
+            "1 - largest free block / total free bytes, per pool.",
+            &pl,
+            p.ratio(),
+        );
+        x.gauge(
+            "largest_free_block",
+            "The largest free cached block, per pool.",
+            true,
+            &pl,
+            p.largest_free,
+        );
     }
     if let Some(m) = d.memory {
         x.gauge("device_total", "Device capacity.", true, &l, m.total);

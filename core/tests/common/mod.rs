@@ -53,6 +53,24 @@ pub fn check_identities(s: &AllocatorStats) {
         agg(&s.allocated_bytes) + s.pending_free_bytes
     );
     assert!(agg(&s.inactive_split_bytes) <= s.cached_free_bytes);
+    let frag = &s.fragmentation;
+    assert_eq!(
+        frag.all.total_free, s.cached_free_bytes,
+        "fragmentation covers exactly the cached free bytes"
+    );
+    assert_eq!(
+        frag.all.total_free,
+        frag.small.total_free + frag.large.total_free
+    );
+    assert_eq!(
+        frag.all.free_blocks,
+        frag.small.free_blocks + frag.large.free_blocks
+    );
+    assert_eq!(
+        frag.all.largest_free,
+        frag.small.largest_free.max(frag.large.largest_free)
+    );
+    assert!((0.0..1.0).contains(&frag.all.ratio()));
     for f in [
         &s.allocation,
         &s.segment,
