@@ -10,7 +10,11 @@
 //!
 //! Not for production: it checks handles and addresses, but copies move no data
 //! (`copy_device_to_host` writes zeros).
+//!
+//! [`contract`] holds the device-level checks every backend (and every port to a new
+//! accelerator) must pass.
 
+pub mod contract;
 mod manual;
 
 pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
