@@ -22,6 +22,10 @@
 //!   the base of the mock communicator: a missing rank times out into an error, batches
 //!   ([`JointGroup::submit_batch`]) give `ncclGroupStart/End` semantics, groups can be
 //!   aborted or made to fail. [`MockDevice::enqueue_custom`] is the one-device variant.
+//! - **Communicator pieces** ([`collective`], [`PairGroups`]): the collectives' data
+//!   movement and the point-to-point pair groups, public so that other communicators built
+//!   on joint ops (the Ascend stand-in's HCCL) reuse them and stay bit-identical to
+//!   [`MockCommunicator`].
 //!
 //! ```
 //! use memreuse_core::Backend;
@@ -57,7 +61,7 @@ mod rng;
 mod world;
 
 pub use cluster::MockCluster;
-pub use comm::{MockCommunicator, open_mock_world};
+pub use comm::{MockCommunicator, PairGroups, collective, open_mock_world};
 pub use config::{DEFAULT_CAPACITY, FaultKind, MallocFault, MockConfig, OpDelays};
 pub use device::{HOST_STREAM, MockDevice, MockEvent, MockStream};
 pub use error::BACKEND_NAME;

@@ -10,15 +10,7 @@ use memreuse_mock::{
     JointGroup, JointMemory, JointOp, MemAccess, MockCluster, MockConfig, MockDevice,
 };
 
-fn to_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn to_f32(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
+use common::{to_bytes, to_f32};
 
 /// Sum of region 0 of every rank, written to region 1 of every rank.
 fn sum_all_reduce(mem: &mut JointMemory<'_>) -> Result<(), BackendError> {

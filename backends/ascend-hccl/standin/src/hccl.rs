@@ -1,6 +1,6 @@
 //! The HCCL symbols (`hccl.h`): root-info rendezvous in process, collectives as joint ops of
-//! the mock. Bodies do f32 arithmetic in rank order (rank 0 first), like the mock's own
-//! communicator, so results are bit-identical to the mock backend's.
+//! the mock. The ops' bodies are the mock communicator's own ([`memreuse_mock::collective`],
+//! f32 arithmetic in rank order), so results are bit-identical to the mock backend's.
 //!
 //! # Safety (all functions)
 //! Pointers are as HCCL documents them: out-pointers valid for one write (null is
@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::Instant;
 
-use memreuse_core::{BackendError, DevicePtr};
-use memreuse_mock::{JointGroup, JointMemory, JointOp, MemAccess, MockDevice, MockStream};
+use memreuse_core::DevicePtr;
+use memreuse_mock::{
+    JointGroup, JointOp, MemAccess, MockDevice, MockStream, PairGroups, collective,
+};
 use parking_lot::{Condvar, Mutex};
 
 use crate::{
@@ -101,10 +103,11 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
     if p.devices.iter().all(Option::is_some) {
         let devices: Vec<MockDevice> = p.devices.iter().flatten().cloned().collect();
         let collectives = JointGroup::new(&devices).map_err(|e| hccl_code(&e))?;
+        let pairs = PairGroups::new(&devices);
         p.shared = Some(Arc::new(CommShared {
             devices,
             collectives,
-            pairs: Mutex::new(HashMap::new()),
+            pairs,
             async_error: AtomicI32::new(0),
         }));
         RENDEZVOUS_CV.notify_all();
@@ -172,29 +175,6 @@ fn reduce(op: i32) -> Result<fn(f32, f32) -> f32, i32> {
     })
 }
 
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn put_f32s(dst: &mut [u8], values: &[f32]) {
-    for (d, v) in dst.chunks_exact_mut(4).zip(values) {
-        d.copy_from_slice(&v.to_le_bytes());
-    }
-}
-
-fn reduced(m: &JointMemory<'_>, f: fn(f32, f32) -> f32) -> Result<Vec<f32>, BackendError> {
-    let mut acc = f32s(m.bytes(0, 0)?);
-    for r in 1..m.ranks() {
-        for (a, b) in acc.iter_mut().zip(f32s(m.bytes(r, 0)?)) {
-            *a = f(*a, b);
-        }
-    }
-    Ok(acc)
-}
-
 /// Checks a collective's common arguments; returns the member and the stream.
 fn prepare(comm: *mut c_void, stream: *mut c_void) -> Result<(Arc<CommMember>, MockStream), i32> {
     let c = comm_of(comm)?;
@@ -244,14 +224,8 @@ unsafe extern "C" fn HcclAllReduce(
             jop.access(MemAccess::read(send, n))
                 .access(MemAccess::write(recv, n))
         };
-        let jop = jop.body(move |m| {
-            let acc = reduced(m, f)?;
-            for r in 0..m.ranks() {
-                let out = m.regions(r) - 1;
-                put_f32s(m.bytes_mut(r, out)?, &acc);
-            }
-            Ok(())
-        });
+        // The mock's body writes each rank's last region: recv in both layouts.
+        let jop = jop.body(move |m| collective::all_reduce(m, f));
         submit(&c, &s, jop)
     })
 }
@@ -275,17 +249,10 @@ unsafe extern "C" fn HcclReduceScatter(
         let f = reduce(op)?;
         let n = recv_count * 4;
         let size = c.shared.devices.len() as u64;
-        let chunk = recv_count as usize;
         let jop = JointOp::new(format!("HcclReduceScatter({op})"))
             .access(MemAccess::read(send, n * size))
             .access(MemAccess::write(recv, n))
-            .body(move |m| {
-                let acc = reduced(m, f)?;
-                for r in 0..m.ranks() {
-                    put_f32s(m.bytes_mut(r, 1)?, &acc[r * chunk..(r + 1) * chunk]);
-                }
-                Ok(())
-            });
+            .body(move |m| collective::reduce_scatter(m, f));
         submit(&c, &s, jop)
     })
 }
@@ -307,16 +274,7 @@ unsafe extern "C" fn HcclAllGather(
         let jop = JointOp::new("HcclAllGather")
             .access(MemAccess::read(send, n))
             .access(MemAccess::write(recv, n * size))
-            .body(|m| {
-                let mut all = Vec::new();
-                for r in 0..m.ranks() {
-                    all.extend_from_slice(m.bytes(r, 0)?);
-                }
-                for r in 0..m.ranks() {
-                    m.bytes_mut(r, 1)?.copy_from_slice(&all);
-                }
-                Ok(())
-            });
+            .body(collective::all_gather);
         submit(&c, &s, jop)
     })
 }
@@ -340,23 +298,10 @@ unsafe extern "C" fn HcclAlltoAll(
         }
         let chunk = send_count * elem_size(send_type).ok_or(hcode::E_PARA)?;
         let n = chunk * c.shared.devices.len() as u64;
-        let chunk = chunk as usize;
         let jop = JointOp::new("HcclAlltoAll")
             .access(MemAccess::read(send, n))
             .access(MemAccess::write(recv, n))
-            .body(move |m| {
-                let inputs: Vec<Vec<u8>> = (0..m.ranks())
-                    .map(|r| m.bytes(r, 0).map(<[u8]>::to_vec))
-                    .collect::<Result<_, _>>()?;
-                for j in 0..m.ranks() {
-                    let out = m.bytes_mut(j, 1)?;
-                    for (i, input) in inputs.iter().enumerate() {
-                        out[i * chunk..(i + 1) * chunk]
-                            .copy_from_slice(&input[j * chunk..(j + 1) * chunk]);
-                    }
-                }
-                Ok(())
-            });
+            .body(collective::all_to_all);
         submit(&c, &s, jop)
     })
 }
@@ -385,13 +330,7 @@ unsafe extern "C" fn HcclBroadcast(
         };
         let jop = JointOp::new(format!("HcclBroadcast(root {root})"))
             .access(access)
-            .body(move |m| {
-                let data = m.bytes(root, 0)?.to_vec();
-                for r in (0..m.ranks()).filter(|&r| r != root) {
-                    m.bytes_mut(r, 0)?.copy_from_slice(&data);
-                }
-                Ok(())
-            });
+            .body(move |m| collective::broadcast(m, root));
         submit(&c, &s, jop)
     })
 }
@@ -438,12 +377,14 @@ fn p2p(
     } else {
         (peer, c.rank, MemAccess::write(buf, n))
     };
-    let group = c.shared.pair(sender, receiver).map_err(|e| hccl_code(&e))?;
-    let op = JointOp::new("HcclSend/HcclRecv").access(access).body(|m| {
-        let data = m.bytes(0, 0)?.to_vec();
-        m.bytes_mut(1, 0)?.copy_from_slice(&data);
-        Ok(())
-    });
+    let group = c
+        .shared
+        .pairs
+        .get(sender, receiver)
+        .map_err(|e| hccl_code(&e))?;
+    let op = JointOp::new("HcclSend/HcclRecv")
+        .access(access)
+        .body(collective::send_recv);
     let share = usize::from(!sending);
     let mut op = Some(op);
     let queued = GROUP.with(|g| {

@@ -40,6 +40,7 @@ use std::time::Duration;
 use memreuse_core::BackendError;
 use memreuse_mock::{
     DEFAULT_CAPACITY, JointGroup, MockCluster, MockConfig, MockDevice, MockEvent, MockStream,
+    PairGroups,
 };
 use parking_lot::Mutex;
 
@@ -137,20 +138,10 @@ struct EventH {
 struct CommShared {
     devices: Vec<MockDevice>,
     collectives: JointGroup,
-    pairs: Mutex<HashMap<(usize, usize), JointGroup>>,
+    /// Point-to-point: the mock's per-(sender, receiver) groups, so HcclSend/HcclRecv match
+    /// in issue order exactly as the mock communicator's send/recv do.
+    pairs: PairGroups,
     async_error: AtomicI32,
-}
-
-impl CommShared {
-    fn pair(&self, sender: usize, receiver: usize) -> Result<JointGroup, BackendError> {
-        let mut pairs = self.pairs.lock();
-        if let Some(g) = pairs.get(&(sender, receiver)) {
-            return Ok(g.clone());
-        }
-        let g = JointGroup::new(&[self.devices[sender].clone(), self.devices[receiver].clone()])?;
-        pairs.insert((sender, receiver), g.clone());
-        Ok(g)
-    }
 }
 
 /// One rank's communicator handle.

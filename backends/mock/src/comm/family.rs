@@ -8,7 +8,8 @@ use memreuse_core::comm::{CommError, Communicator, DType, ReduceOp};
 use memreuse_core::{BackendError, DevicePtr};
 use parking_lot::Mutex;
 
-use super::body;
+use super::collective;
+use super::pairs::PairGroups;
 use crate::device::{MockDevice, MockStream};
 use crate::joint::{JointGroup, JointOp};
 use crate::region::MemAccess;
@@ -25,8 +26,8 @@ pub(crate) struct Family {
     /// Device of each group rank.
     devices: Vec<MockDevice>,
     collectives: JointGroup,
-    /// `(sender, receiver)` group ranks -> a two-rank joint group (sender is rank 0).
-    pairs: Mutex<HashMap<(usize, usize), JointGroup>>,
+    /// Point-to-point: one two-rank joint group per `(sender, receiver)` of group ranks.
+    pairs: PairGroups,
     /// `(creation number, ranks)` -> the sub-group's family, created by the first member
     /// that asks.
     subgroups: Mutex<HashMap<SubgroupKey, Arc<Family>>>,
@@ -35,23 +36,14 @@ pub(crate) struct Family {
 impl Family {
     pub(crate) fn new(devices: Vec<MockDevice>) -> Result<Arc<Family>, BackendError> {
         let collectives = JointGroup::new(&devices)?;
+        let pairs = PairGroups::new(&devices);
         Ok(Arc::new(Family {
             uid: NEXT_COMM_UID.fetch_add(1, Ordering::Relaxed),
             devices,
             collectives,
-            pairs: Mutex::new(HashMap::new()),
+            pairs,
             subgroups: Mutex::new(HashMap::new()),
         }))
-    }
-
-    fn pair(&self, sender: usize, receiver: usize) -> Result<JointGroup, BackendError> {
-        let mut pairs = self.pairs.lock();
-        if let Some(g) = pairs.get(&(sender, receiver)) {
-            return Ok(g.clone());
-        }
-        let g = JointGroup::new(&[self.devices[sender].clone(), self.devices[receiver].clone()])?;
-        pairs.insert((sender, receiver), g.clone());
-        Ok(g)
     }
 }
 
@@ -164,11 +156,11 @@ impl MockCommunicator {
         } else {
             (peer, self.rank)
         };
-        let group = self.family.pair(sender, receiver)?;
+        let group = self.family.pairs.get(sender, receiver)?;
         let share = usize::from(!sending);
         let op = JointOp::new("send/recv")
             .access(access)
-            .body(body::send_recv);
+            .body(collective::send_recv);
         let mut pending = self.pending.lock();
         if let Some(list) = pending.as_mut() {
             list.push(PendingP2p {
@@ -204,7 +196,7 @@ impl Communicator<MockDevice> for MockCommunicator {
     ) -> Result<(), CommError> {
         let jop = JointOp::new(format!("all_reduce({op})"))
             .access(MemAccess::write(buf, bytes_of(count, dtype)))
-            .body(move |m| body::all_reduce(m, op));
+            .body(move |m| collective::all_reduce(m, |a, b| op.apply(a, b)));
         self.collective(stream, jop)
     }
 
@@ -220,7 +212,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         let jop = JointOp::new("all_gather")
             .access(MemAccess::read(input, n))
             .access(MemAccess::write(output, n * self.size() as u64))
-            .body(body::all_gather);
+            .body(collective::all_gather);
         self.collective(stream, jop)
     }
 
@@ -237,7 +229,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         let jop = JointOp::new(format!("reduce_scatter({op})"))
             .access(MemAccess::read(input, n * self.size() as u64))
             .access(MemAccess::write(output, n))
-            .body(move |m| body::reduce_scatter(m, op));
+            .body(move |m| collective::reduce_scatter(m, |a, b| op.apply(a, b)));
         self.collective(stream, jop)
     }
 
@@ -253,7 +245,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         let jop = JointOp::new("all_to_all")
             .access(MemAccess::read(input, n))
             .access(MemAccess::write(output, n))
-            .body(body::all_to_all);
+            .body(collective::all_to_all);
         self.collective(stream, jop)
     }
 
@@ -279,7 +271,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         };
         let jop = JointOp::new(format!("broadcast(root {root})"))
             .access(access)
-            .body(move |m| body::broadcast(m, root));
+            .body(move |m| collective::broadcast(m, root));
         self.collective(stream, jop)
     }
 
@@ -411,8 +403,6 @@ impl Communicator<MockDevice> for MockCommunicator {
         );
         *self.aborted.lock() = Some(reason.clone());
         self.family.collectives.abort(&reason);
-        for g in self.family.pairs.lock().values() {
-            g.abort(&reason);
-        }
+        self.family.pairs.abort(&reason);
     }
 }

@@ -29,3 +29,15 @@ pub fn read(dev: &MockDevice, p: DevicePtr, n: usize, stream: &MockStream) -> Ve
 pub fn micros(d: Duration) -> u64 {
     d.as_micros() as u64
 }
+
+/// Little-endian bytes of `v` (what a device buffer of f32 holds).
+pub fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The f32 values of little-endian `b`.
+pub fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
