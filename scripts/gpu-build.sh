@@ -3,8 +3,10 @@
 # has CUDA, Python and PyTorch but no Rust toolchain and no network:
 #   - memreuse-conformance with --features cuda (release),
 #   - the memreuse-cuda test binaries (release, `cargo test --no-run`),
+#   - the allocator benchmark memreuse-cuda-bench (release) and its PyTorch peer,
+#     scripts/gpu_peer_bench.py (copied as is),
 # stripped, into one git-ignored folder (default gpu-artifacts/, under 64 MiB in all), with
-# a manifest naming each test binary.
+# a manifest naming each file.
 # Usage: scripts/gpu-build.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +17,16 @@ limit=$((64 * 1024 * 1024))
 export CARGO_TERM_COLOR=never
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/tests"
+mkdir -p "$out/bin" "$out/tests" "$out/scripts"
 
 echo "--- conformance runner (release, --features cuda)"
 cargo build --release --locked -p memreuse-conformance --features cuda
 cp "$target/release/memreuse-conformance" "$out/bin/"
+
+echo "--- allocator benchmark (release)"
+cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench
+cp "$target/release/memreuse-cuda-bench" "$out/bin/"
+cp scripts/gpu_peer_bench.py "$out/scripts/"
 
 echo "--- memreuse-cuda test binaries (release, --no-run)"
 cargo test --release --locked -p memreuse-cuda --no-run --message-format=json \
@@ -40,7 +47,8 @@ while read -r name exe; do
   echo "tests/$name" >> "$out/manifest.txt"
 done < "$out/tests.list.tmp"
 rm -f "$out/tests.list.tmp"
-echo "bin/memreuse-conformance" >> "$out/manifest.txt"
+printf '%s\n' bin/memreuse-conformance bin/memreuse-cuda-bench scripts/gpu_peer_bench.py \
+  >> "$out/manifest.txt"
 
 if command -v strip >/dev/null 2>&1; then
   strip "$out"/bin/* "$out"/tests/*
@@ -51,7 +59,7 @@ chmod +x "$out"/bin/* "$out"/tests/*
 git rev-parse HEAD > "$out/commit.txt" 2>/dev/null || echo unknown > "$out/commit.txt"
 
 size=$(du -sb "$out" | cut -f1)
-echo "--- $out: $(wc -l < "$out/manifest.txt") binaries, $((size / 1024 / 1024)) MiB"
+echo "--- $out: $(wc -l < "$out/manifest.txt") files, $((size / 1024 / 1024)) MiB"
 cat "$out/manifest.txt"
 if [ "$size" -ge "$limit" ]; then
   echo "gpu artifacts are $size bytes, over the 64 MiB limit" >&2

@@ -9,6 +9,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
+use std::time::Duration;
 
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
@@ -18,6 +19,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
+use crate::nccl_init::{wait_ready, wait_settled};
 
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
 const NCCL_SPLIT_NOCOLOR: c_int = -1;
@@ -64,6 +66,9 @@ pub struct NcclCommunicator {
     scratch: DevicePtr,
     pending: Mutex<Option<Vec<Pending>>>,
     aborted: Mutex<Option<String>>,
+    /// `Some(limit)` for a non-blocking communicator: after every call, its state is polled
+    /// while `ncclInProgress`, for at most `limit`, before the next call may run.
+    nonblocking: Option<Duration>,
 }
 
 impl std::fmt::Debug for NcclCommunicator {
@@ -147,16 +152,18 @@ fn chunk(p: DevicePtr, index: usize, count: usize, dt: DType) -> DevicePtr {
 }
 
 impl NcclCommunicator {
-    /// Wraps a communicator created for `device` (takes ownership of `comm`).
+    /// Wraps a communicator created for `device` (takes ownership of `comm`);
+    /// `nonblocking` as the field says (`None` for a blocking communicator).
     ///
     /// # Safety
-    /// `comm` is a live NCCL communicator of `size` ranks in which this process is `rank`,
-    /// created on `device`, and owned by nobody else.
+    /// `comm` is a live, initialized NCCL communicator of `size` ranks in which this
+    /// process is `rank`, created on `device`, and owned by nobody else.
     pub(crate) unsafe fn from_raw(
         device: CudaDevice,
         comm: sys::ncclComm_t,
         rank: usize,
         size: usize,
+        nonblocking: Option<Duration>,
     ) -> Result<NcclCommunicator, CommError> {
         let owned = RawComm(comm);
         let version = nccl_version()?;
@@ -170,6 +177,7 @@ impl NcclCommunicator {
             scratch,
             pending: Mutex::new(None),
             aborted: Mutex::new(None),
+            nonblocking,
         })
     }
 
@@ -247,7 +255,12 @@ impl NcclCommunicator {
                 reason: "communicator aborted".to_owned(),
             });
         };
-        f(comm.0)
+        let result = f(comm.0);
+        if let Some(limit) = self.nonblocking {
+            // SAFETY: the communicator is live (read lock held).
+            wait_settled(call, unsafe { wait_ready(comm.0, limit) }, limit)?;
+        }
+        result
     }
 
     fn p2p(
@@ -522,10 +535,28 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         })?;
         match position {
             Some(rank) if !child.is_null() => {
+                // A child of a non-blocking parent inherits its config: wait until it is
+                // initialized before using it.
+                if let Some(limit) = self.nonblocking {
+                    // SAFETY: `child` is the fresh communicator, owned here.
+                    let ready = unsafe { wait_ready(child, limit) };
+                    if let Err(e) = wait_settled("ncclCommSplit", ready, limit) {
+                        // SAFETY: the child is ours alone and never used again.
+                        let _ = unsafe { nccl::comm_abort(child) };
+                        return Err(e);
+                    }
+                }
                 // SAFETY: `ncclCommSplit` returned a fresh communicator of `ranks.len()`
-                // ranks in which this process is `rank` (its key), owned by nobody else.
+                // ranks in which this process is `rank` (its key), owned by nobody else,
+                // initialized (waited for above when non-blocking).
                 let sub = unsafe {
-                    NcclCommunicator::from_raw(self.device.clone(), child, rank, ranks.len())
+                    NcclCommunicator::from_raw(
+                        self.device.clone(),
+                        child,
+                        rank,
+                        ranks.len(),
+                        self.nonblocking,
+                    )
                 }?;
                 Ok(Some(Box::new(sub)))
             }
@@ -566,9 +597,19 @@ impl Communicator<CudaDevice> for NcclCommunicator {
 
 impl Drop for NcclCommunicator {
     fn drop(&mut self) {
-        let failed = self.async_error().is_some();
+        let mut failed = self.async_error().is_some();
         if let Some(comm) = self.comm.get_mut().take() {
             let _ = self.device.bind();
+            if let (false, Some(limit)) = (failed, self.nonblocking) {
+                // A non-blocking communicator is finalized (which may answer
+                // `ncclInProgress`) and waited for before it is destroyed; if that fails
+                // or takes too long, it is aborted instead.
+                // SAFETY: the communicator is live and owned here alone (`&mut self`).
+                let finalized = unsafe { nccl::comm_finalize(comm.0) }.is_ok()
+                    // SAFETY: as above; it stays live during the wait.
+                    && unsafe { wait_ready(comm.0, limit) }.is_ok();
+                failed = !finalized;
+            }
             // SAFETY: the communicator is live and owned here alone (`&mut self`). A healthy
             // one is destroyed (flushing its work); a failed one is aborted so a dead peer
             // cannot hang the drop.

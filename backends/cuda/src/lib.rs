@@ -7,6 +7,7 @@
 //! | [`NcclCommunicator`] | one rank of an NCCL communicator (`ncclAlltoAll` on NCCL 2.28+, grouped send/recv before) |
 //! | [`open_cuda_world`] | every rank in this process, one device each (`ncclCommInitAll`) |
 //! | [`open_rank_from_env`] | one rank per process: torchrun's variables, NCCL id through the TCP store |
+//! | [`bench`] | the allocator benchmark of the `memreuse-cuda-bench` binary: size trace, peers, records |
 //!
 //! Without `libcuda` (or `libnccl` for communicators) every entry point returns
 //! `BackendError::Unavailable` naming the library and where it was looked for; nothing
@@ -14,15 +15,21 @@
 //!
 //! The crate registers itself as backend `cuda`; link it with the facade's `cuda` feature.
 
+pub mod bench;
 mod comm;
 mod device;
 mod error;
+mod nccl_init;
 mod registry;
 mod world;
 
 pub use comm::{NCCL_ALLTOALL_VERSION, NcclCommunicator, nccl_version};
 pub use device::{CudaDevice, CudaEventHandle, CudaStreamHandle, MAX_DELAY, device_count};
 pub use error::{BACKEND_NAME, NcclFailure};
+pub use nccl_init::{
+    InitError, InitTimeoutError, MAX_NCCL_INIT_TIMEOUT_S, NCCL_INIT_TIMEOUT_ENV,
+    SUGGESTED_NCCL_INIT_TIMEOUT, init_timeout_from_env, parse_init_timeout,
+};
 pub use world::{
     LaunchError, NCCL_ID_KEY, NCCL_ID_LEN, ProcessRank, open_cuda_world, open_rank,
     open_rank_from_env,

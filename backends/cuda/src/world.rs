@@ -14,6 +14,9 @@ use thiserror::Error;
 use crate::comm::NcclCommunicator;
 use crate::device::{CudaDevice, device_count};
 use crate::error::{self, guard};
+use crate::nccl_init::{
+    InitError, InitTimeoutError, init_rank_with_deadline, init_timeout_from_env,
+};
 
 /// The store key under which rank 0 publishes the NCCL unique id.
 pub const NCCL_ID_KEY: &str = "memreuse/nccl/unique_id";
@@ -63,8 +66,9 @@ pub fn open_cuda_world(
             // SAFETY: `comm` is rank `rank` of the fresh `world_size`-rank communicator on
             // device `rank`, owned by nobody else. On an error below, the communicators
             // already wrapped are destroyed by their drops; the rest leak (no double free).
-            let c = unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size) }
-                .map_err(comm_to_backend)?;
+            let c =
+                unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size, None) }
+                    .map_err(comm_to_backend)?;
             out.push((device, c));
         }
         Ok(out)
@@ -97,6 +101,12 @@ pub enum LaunchError {
     /// The device or NCCL failed, or is unavailable.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// `MEMREUSE_NCCL_INIT_TIMEOUT_S` is malformed.
+    #[error(transparent)]
+    InitTimeoutConfig(#[from] InitTimeoutError),
+    /// Not every rank joined the communicator within the init timeout (it was aborted).
+    #[error(transparent)]
+    InitTimedOut(InitError),
 }
 
 /// One rank of a multi-process job: its endpoint, its place in the job and the store
@@ -118,8 +128,12 @@ pub fn open_rank_from_env(timeout: Duration) -> Result<ProcessRank, LaunchError>
 /// Opens device `LOCAL_RANK` and joins the world: rank 0 hosts the store on
 /// `MASTER_ADDR:MASTER_PORT` and publishes a fresh NCCL unique id, the others fetch it
 /// (exactly 128 bytes) within `timeout`; then every rank calls `ncclCommInitRank`, which
-/// returns once all `WORLD_SIZE` ranks joined.
+/// returns once all `WORLD_SIZE` ranks joined. With `MEMREUSE_NCCL_INIT_TIMEOUT_S` set,
+/// every rank instead creates a non-blocking communicator (`ncclCommInitRankConfig`) and
+/// waits for the others at most that many seconds: past that the communicator is aborted
+/// and the error is [`LaunchError::InitTimedOut`].
 pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, LaunchError> {
+    let init_timeout = init_timeout_from_env()?;
     guard("open_rank", || {
         error::probe_driver()?;
         error::probe_nccl()
@@ -153,20 +167,55 @@ pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, Launc
         c_int::try_from(env.rank).map_err(|_| error::invalid("open_rank", "rank too large"))?;
     let size = c_int::try_from(env.world_size)
         .map_err(|_| error::invalid("open_rank", "world size too large"))?;
-    let comm = guard("ncclCommInitRank", || {
-        device.bind()?;
-        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        // SAFETY: `comm` is a valid out pointer, `id` came from rank 0's `ncclGetUniqueId`
-        // (exactly 128 bytes), `rank < size`, and the device's context is current.
-        unsafe { nccl::comm_init_rank(&raw mut comm, size, id, rank) }
-            .map_err(|e| error::nccl("ncclCommInitRank", &e))?;
-        Ok(comm)
-    })?;
-    // SAFETY: `comm` is this process's rank of a fresh `world_size`-rank communicator on
-    // `device`, owned by nobody else.
-    let communicator =
-        unsafe { NcclCommunicator::from_raw(device.clone(), comm, env.rank, env.world_size) }
-            .map_err(comm_to_backend)?;
+    if rank >= size {
+        return Err(
+            error::invalid("open_rank", format!("rank {rank} >= world size {size}")).into(),
+        );
+    }
+    let communicator = match init_timeout {
+        None => {
+            let comm = guard("ncclCommInitRank", || {
+                device.bind()?;
+                let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+                // SAFETY: `comm` is a valid out pointer, `id` came from rank 0's
+                // `ncclGetUniqueId` (exactly 128 bytes), `rank < size` (checked above), and
+                // the device's context is current.
+                unsafe { nccl::comm_init_rank(&raw mut comm, size, id, rank) }
+                    .map_err(|e| error::nccl("ncclCommInitRank", &e))?;
+                Ok(comm)
+            })?;
+            // SAFETY: `comm` is this process's rank of a fresh `world_size`-rank blocking
+            // communicator on `device`, owned by nobody else.
+            unsafe {
+                NcclCommunicator::from_raw(device.clone(), comm, env.rank, env.world_size, None)
+            }
+        }
+        Some(limit) => {
+            let comm = guard("ncclCommInitRankConfig", || {
+                device.bind()?;
+                // SAFETY: `id` came from rank 0's `ncclGetUniqueId` (exactly 128 bytes),
+                // `rank < size` (checked above), and the device's context is current.
+                Ok(unsafe { init_rank_with_deadline(env.world_size, id, env.rank, limit) })
+            })?;
+            let comm = match comm {
+                Ok(comm) => comm,
+                Err(InitError::Nccl(f)) => return Err(LaunchError::Backend(f.into())),
+                Err(e) => return Err(LaunchError::InitTimedOut(e)),
+            };
+            // SAFETY: `comm` is this process's rank of a fresh, initialized
+            // `world_size`-rank non-blocking communicator on `device`, owned by nobody else.
+            unsafe {
+                NcclCommunicator::from_raw(
+                    device.clone(),
+                    comm,
+                    env.rank,
+                    env.world_size,
+                    Some(limit),
+                )
+            }
+        }
+    }
+    .map_err(comm_to_backend)?;
     Ok(ProcessRank {
         endpoint: RankEndpoint {
             rank: env.rank,

@@ -106,6 +106,25 @@ fn delay_holds_back_later_work_on_the_stream() {
 }
 
 #[test]
+fn the_cuda_device_keeps_the_device_contract() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let total = d.memory_info().expect("info").total;
+    let options = memreuse_core::testing::contract::ContractOptions {
+        oom_request: Some(total.saturating_mul(4)),
+        ..Default::default()
+    };
+    let report = memreuse_core::testing::contract::check_backend(&d, &options);
+    println!(
+        "contract: passed {:?}, skipped {:?}",
+        report.passed, report.skipped
+    );
+    report.assert_passed();
+}
+
+#[test]
 fn out_of_memory_is_the_typed_oom_error() {
     if gpus(1).is_none() {
         return;
