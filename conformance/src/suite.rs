@@ -30,7 +30,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
     (
         "rfc",
-        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2), 200 steps of 64 KiB shards, and late-wait",
+        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2), 200 steps of 64 KiB shards; late-wait; FSDP with 4 MiB shards",
     ),
 ];
 
@@ -171,7 +171,16 @@ pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
         "single-device" => single_device(),
         "rfc" => {
             // The RFC's run is 1000 steps of a real MoE model; on 2 cores we replay 200
-            // steps with 64 KiB shards, plus late-wait, where mode 2 holds memory longer.
+            // steps with 64 KiB shards, plus late-wait, where mode 2 holds memory longer,
+            // plus FSDP with 4 MiB shards (16 MiB gathered layers, each its own segment),
+            // where mode 0's record_stream over-allocation (pytorch#147168) shows in the
+            // reserved peak.
+            let fsdp = GenOptions {
+                layers: 6,
+                elems: 1 << 20,
+                iterations: 3,
+                ..d.clone()
+            };
             let rfc = GenOptions {
                 iterations: 200,
                 elems: 16 * 1024,
@@ -185,6 +194,7 @@ pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
             vec![
                 preset("moe-mixed", Some("moe-mixed-rfc"), &rfc, false),
                 preset("late-wait", Some("late-wait-rfc"), &late, false),
+                preset("fsdp", Some("fsdp-large-rfc"), &fsdp, false),
             ]
             .into_iter()
             .collect()
