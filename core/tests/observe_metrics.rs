@@ -97,7 +97,10 @@ fn exposition_parses_and_equals_the_stats() {
     device.early_warnings = Some(2);
     let stats = alloc.stats();
     let frag = fragmentation(&alloc.snapshot());
-    assert_eq!(stats.fragmentation, frag, "live and snapshot fragmentation agree");
+    assert_eq!(
+        stats.fragmentation, frag,
+        "live and snapshot fragmentation agree"
+    );
     let pg = PgStats {
         works_issued: 7,
         shelf_stashes: 3,
