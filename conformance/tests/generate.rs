@@ -186,6 +186,33 @@ fn unsupported_options_are_refused() {
             ..GenOptions::default()
         }
     ));
+    for preset in ["fsdp", "tp", "late-wait"] {
+        let err = generate(
+            preset,
+            &GenOptions {
+                elems: 0,
+                ..GenOptions::default()
+            },
+        )
+        .expect_err("elems 0 is refused");
+        assert!(
+            err.to_string().contains("elems must be at least 1"),
+            "{err}"
+        );
+    }
+    // The message says what was wrong and what is valid.
+    let err = generate(
+        "fsdp",
+        &GenOptions {
+            world_size: Some(5000),
+            ..GenOptions::default()
+        },
+    )
+    .expect_err("too many ranks");
+    assert_eq!(
+        err.to_string(),
+        "preset fsdp: world size 5000 is not supported: valid are 1..=1024 ranks, and this preset needs any number of ranks"
+    );
     assert_eq!(
         generate("nope", &GenOptions::default()).err(),
         Some(GenError::UnknownPreset("nope".into()))

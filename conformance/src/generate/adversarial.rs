@@ -22,7 +22,7 @@ pub(super) const LATE_WAIT: &str = "Adversarial: a work waited only after many l
 pub(super) const P2P_MODE2: &str = "Adversarial: async batch and send/recv, send buffers freed before wait (mode 2 falls back to record_stream)";
 
 pub(super) fn free_before_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "free-before-wait", 2, |_| true, "any")?;
+    let ranks = world(opts, "free-before-wait", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
     let mut sched = skeleton("free-before-wait", FREE_BEFORE_WAIT, ranks, opts);
     let body = &mut sched.body;
@@ -58,7 +58,7 @@ pub(super) fn free_before_wait(opts: &GenOptions) -> Result<Schedule, GenError> 
 }
 
 pub(super) fn never_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "never-wait", 2, |_| true, "any")?;
+    let ranks = world(opts, "never-wait", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
     let mut sched = skeleton("never-wait", NEVER_WAIT, ranks, opts);
     let body = &mut sched.body;
@@ -89,7 +89,7 @@ pub(super) fn never_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
 }
 
 pub(super) fn late_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "late-wait", 2, |_| true, "any")?;
+    let ranks = world(opts, "late-wait", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
     let mut sched = skeleton("late-wait", LATE_WAIT, ranks, opts);
     let body = &mut sched.body;

@@ -12,7 +12,7 @@ pub(super) const DESCRIPTION: &str =
     "DDP: bucketed gradient all_reduce overlapping backward; odd buckets freed before their wait";
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "ddp", 2, |_| true, "any")?;
+    let ranks = world(opts, "ddp", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
     let layers = opts.layers;
     let mut sched = skeleton("ddp", DESCRIPTION, ranks, opts);

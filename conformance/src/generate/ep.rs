@@ -9,7 +9,7 @@ use crate::schedule::Schedule;
 pub(super) const DESCRIPTION: &str = "EP: all_to_all dispatch and combine around identity experts";
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "ep", 4, |_| true, "any")?;
+    let ranks = world(opts, "ep", 4, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16) * ranks as u64;
     let mut sched = skeleton("ep", DESCRIPTION, ranks, opts);
     let body = &mut sched.body;

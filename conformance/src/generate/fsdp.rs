@@ -12,7 +12,7 @@ pub(super) const DESCRIPTION: &str =
     "FSDP: per-layer all_gather of parameters before use (prefetched), reduce_scatter of gradients";
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "fsdp", 4, |_| true, "any")?;
+    let ranks = world(opts, "fsdp", 4, |_| true, "any number of ranks")?;
     let shard = round_up(opts.elems, 16);
     let full = shard * ranks as u64;
     let layers = opts.layers;

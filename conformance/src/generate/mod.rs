@@ -171,16 +171,25 @@ pub(crate) fn world(
     rule: &str,
 ) -> Result<usize, GenError> {
     let n = opts.world_size.unwrap_or(default);
-    if n == 0 || n > crate::schedule::MAX_WORLD_SIZE || !ok(n) {
+    let max = crate::schedule::MAX_WORLD_SIZE;
+    if n == 0 || n > max || !ok(n) {
         return Err(GenError::Unsupported {
             preset,
-            reason: format!("world size {n}: {rule}"),
+            reason: format!(
+                "world size {n} is not supported: valid are 1..={max} ranks, and this preset needs {rule}"
+            ),
         });
     }
     if opts.layers == 0 {
         return Err(GenError::Unsupported {
             preset,
             reason: "layers must be at least 1".to_owned(),
+        });
+    }
+    if opts.elems == 0 {
+        return Err(GenError::Unsupported {
+            preset,
+            reason: "elems must be at least 1 (it is rounded up to a multiple of 16)".to_owned(),
         });
     }
     Ok(n)

@@ -21,7 +21,7 @@ const PROBE: u64 = 4096;
 const SEGMENT_ELEMS: u64 = 1 << 19;
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "oom-pressure", 2, |_| true, "any")?;
+    let ranks = world(opts, "oom-pressure", 2, |_| true, "any number of ranks")?;
     let big = round_up(opts.elems.max(6 * SEGMENT_ELEMS), SEGMENT_ELEMS);
     if big > crate::schedule::MAX_ELEMS / 2 {
         return Err(GenError::Unsupported {

@@ -16,7 +16,7 @@ pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
         "pp",
         4,
         |ranks| ranks >= 2,
-        "a pipeline needs at least 2 stages",
+        "at least 2 ranks (one per pipeline stage)",
     )?;
     let len = round_up(opts.elems, 16);
     let mb = opts.layers;

@@ -10,7 +10,7 @@ pub(super) const DESCRIPTION: &str =
     "TP: all_reduce of row-parallel layer outputs, overlapped with the next layer";
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
-    let ranks = world(opts, "tp", 2, |_| true, "any")?;
+    let ranks = world(opts, "tp", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
     let mut sched = skeleton("tp", DESCRIPTION, ranks, opts);
     let body = &mut sched.body;
