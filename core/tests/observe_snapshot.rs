@@ -162,6 +162,37 @@ fn oom_snapshot_is_written_before_the_error_returns_and_ends_with_oom() {
     check_pickles(&[file], &["--last-action", "oom"]);
 }
 
+#[test]
+fn an_unwritable_oom_snapshot_is_reported_in_the_error_and_nothing_else_changes() {
+    let (_backend, alloc, s0, _s1) = traced(64 * MIB);
+    let dir = temp_dir("oom-unwritable");
+    // A directory that does not exist: the write fails.
+    let file = dir.join("missing").join("oom.pickle");
+    alloc.set_oom_snapshot_path(Some(file.clone()));
+    let err = provoke_oom(&alloc, &s0);
+    let AllocError::OutOfMemory(oom) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(oom.snapshot, None);
+    let (path, why) = oom.snapshot_error.clone().expect("the failure is reported");
+    assert_eq!(path, file);
+    assert!(!why.is_empty());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("could not be written to") && msg.contains(&file.display().to_string()),
+        "{msg}"
+    );
+    assert!(!file.exists());
+    // The allocator is still consistent and serves requests.
+    let st = alloc.stats();
+    assert_eq!(st.num_ooms, 1);
+    assert_eq!(
+        st.reserved_bytes.aggregate.current,
+        st.allocated_bytes.aggregate.current + st.cached_free_bytes + st.pending_free_bytes
+    );
+    drop(alloc.allocate(1 << 20, &s0).expect("still serves"));
+}
+
 const CHILD: &str = "MEMREUSE_OBSERVE_TEST_CHILD";
 
 #[test]

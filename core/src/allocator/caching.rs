@@ -184,7 +184,10 @@ impl<B: Backend> CachingAllocator<B> {
         // The snapshot shows the moment of failure: before observers free anything.
         let template = self.oom_snapshot.lock().clone();
         if let Some(template) = template {
-            err.snapshot = crate::observe::oom::write_oom_snapshot(self, &info, &template);
+            match crate::observe::oom::write_oom_snapshot(self, &info, &template) {
+                Ok(file) => err.snapshot = Some(file),
+                Err((file, why)) => err.snapshot_error = Some((file, why.to_string())),
+            }
         }
         for observer in self.oom_observers.snapshot() {
             observer(&info);

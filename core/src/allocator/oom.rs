@@ -57,6 +57,8 @@ pub struct OutOfMemory {
     /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
     /// [`super::CachingAllocator::set_oom_snapshot_path`]), if one was written.
     pub snapshot: Option<PathBuf>,
+    /// The snapshot file that was asked for but could not be written, and why.
+    pub snapshot_error: Option<(PathBuf, String)>,
 }
 
 /// Bytes in PyTorch's `format_size` style (`1.50 GiB`, `20.00 MiB`, `512 bytes`).
@@ -122,6 +124,13 @@ impl fmt::Display for OutOfMemory {
                 f,
                 " The largest cached free block is only {}: reserved but unallocated memory is fragmented; try setting max_split_size_mb in MEMREUSE_ALLOC_CONF to avoid fragmentation.",
                 FormatSize(self.largest_free_block),
+            )?;
+        }
+        if let Some((path, why)) = &self.snapshot_error {
+            write!(
+                f,
+                " The memory snapshot could not be written to {}: {why}.",
+                path.display()
             )?;
         }
         if let Some(path) = &self.snapshot {

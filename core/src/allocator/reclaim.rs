@@ -198,6 +198,7 @@ impl<B: Backend> State<B> {
             cached_free: self.stats.cached_free_bytes,
             fragmentation: self.fragmentation(),
             snapshot: None,
+            snapshot_error: None,
         };
         (info, err)
     }

@@ -63,20 +63,20 @@ pub fn oom_snapshot_path(template: &Path, device: usize) -> PathBuf {
     }
 }
 
-/// Writes [`oom_snapshot`] as a pickle to [`oom_snapshot_path`]; returns the file, or
-/// `None` after logging why it could not be written (the caller gets its `OutOfMemory`
-/// either way).
+/// Writes [`oom_snapshot`] as a pickle to [`oom_snapshot_path`]; returns the file, or the
+/// file and why it could not be written (also logged), so the `OutOfMemory` message can say
+/// so: the caller gets its `OutOfMemory` either way.
 pub fn write_oom_snapshot<B: Backend>(
     allocator: &CachingAllocator<B>,
     info: &OomInfo,
     template: &Path,
-) -> Option<PathBuf> {
+) -> Result<PathBuf, (PathBuf, ExportError)> {
     let file = oom_snapshot_path(template, info.device);
     match oom_snapshot(allocator, info).and_then(|s| s.write_pickle(&file)) {
-        Ok(()) => Some(file),
+        Ok(()) => Ok(file),
         Err(e) => {
-            tracing::warn!(%e, "memreuse: could not write the OOM snapshot");
-            None
+            tracing::warn!(%e, file = %file.display(), "memreuse: could not write the OOM snapshot");
+            Err((file, e))
         }
     }
 }
