@@ -8,8 +8,8 @@ use std::sync::Arc;
 use memreuse::mock::{MockConfig, MockDevice};
 use memreuse::testing::contract::{ContractOptions, check_backend};
 use memreuse::{
-    Backend, BackendError, BackendOptions, DevicePtr, MemoryInfo, StreamId, open_backend,
-    registered_backends,
+    AllocationId, Backend, BackendError, BackendOptions, DevicePtr, MemoryInfo, RaceReport,
+    StreamId, open_backend, registered_backends,
 };
 
 const CAPACITY: u64 = 64 << 20;
@@ -181,6 +181,16 @@ impl Backend for Flawed {
     }
     fn delay(&self, micros: u64, stream: &Self::Stream) -> Result<(), BackendError> {
         self.inner.delay(micros, stream)
+    }
+    // The optional methods too: without `race_reports` the kit could judge only by bytes.
+    fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {
+        self.inner.annotate_allocation(ptr, bytes, id);
+    }
+    fn set_op_label(&self, label: &str) {
+        self.inner.set_op_label(label);
+    }
+    fn race_reports(&self) -> Option<Vec<RaceReport>> {
+        self.inner.race_reports()
     }
 }
 
