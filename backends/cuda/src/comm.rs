@@ -6,8 +6,9 @@
 //! `barrier` is a one-element all-reduce, as in PyTorch; `new_group` is `ncclCommSplit`.
 //! NCCL operations have no timeout of their own: a peer that never arrives shows up as a
 //! work that never completes (the process group's timeout) and is cleared by `abort`.
+//! Communicator *init* can have one (`MEMREUSE_NCCL_INIT_TIMEOUT_S`, see `nccl_init`).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ptr;
 use std::time::Duration;
 
@@ -19,7 +20,9 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
+use crate::nccl_args::{bad, chunk, dev, dtype, op, raw_stream};
 use crate::nccl_init::{wait_ready, wait_settled};
+use crate::p2p::{P2p, Pending, grouped};
 
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
 const NCCL_SPLIT_NOCOLOR: c_int = -1;
@@ -38,21 +41,6 @@ unsafe impl Sync for RawComm {}
 /// The loaded NCCL's version code (e.g. 22_805 for 2.28.5).
 pub fn nccl_version() -> Result<i32, CommError> {
     nccl::get_nccl_version().map_err(|e| nccl_comm("ncclGetVersion", &e))
-}
-
-#[derive(Clone, Copy, Debug)]
-enum P2p {
-    Send,
-    Recv,
-}
-
-struct Pending {
-    kind: P2p,
-    buf: DevicePtr,
-    count: usize,
-    dtype: sys::ncclDataType_t,
-    peer: usize,
-    stream: CudaStreamHandle,
 }
 
 /// One rank's member of an NCCL communicator (the world, or a sub-group).
@@ -79,76 +67,6 @@ impl std::fmt::Debug for NcclCommunicator {
             self.rank, self.size, self.device
         )
     }
-}
-
-fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
-    CommError::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
-fn dtype(d: DType) -> Result<sys::ncclDataType_t, CommError> {
-    match d {
-        DType::F32 => Ok(sys::ncclDataType_t::ncclFloat32),
-        other => Err(bad(
-            "dtype",
-            format!("{other:?} is not supported by the CUDA backend"),
-        )),
-    }
-}
-
-fn op(o: ReduceOp) -> sys::ncclRedOp_t {
-    match o {
-        ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,
-        ReduceOp::Max => sys::ncclRedOp_t::ncclMax,
-        ReduceOp::Min => sys::ncclRedOp_t::ncclMin,
-    }
-}
-
-fn raw_stream(s: &CudaStreamHandle) -> sys::cudaStream_t {
-    s.raw().cu_stream().cast()
-}
-
-/// A device address as the pointer NCCL takes (never dereferenced on the host).
-fn dev(p: DevicePtr) -> *mut c_void {
-    ptr::without_provenance_mut(p.addr() as usize)
-}
-
-/// Issues `ops` between `ncclGroupStart` and `ncclGroupEnd`; the group is always closed,
-/// even when an op fails.
-fn grouped(comm: sys::ncclComm_t, ops: &[Pending]) -> Result<(), CommError> {
-    nccl::group_start().map_err(|e| nccl_comm("ncclGroupStart", &e))?;
-    let mut first_error = None;
-    for p in ops {
-        let peer = p.peer as c_int;
-        let s = raw_stream(&p.stream);
-        // SAFETY: buffers were checked to lie in live allocations of this device, the
-        // stream belongs to it, the communicator is live (the caller holds its read lock)
-        // and the context is bound.
-        let r = unsafe {
-            match p.kind {
-                P2p::Send => nccl::send(dev(p.buf), p.count, p.dtype, peer, comm, s),
-                P2p::Recv => nccl::recv(dev(p.buf), p.count, p.dtype, peer, comm, s),
-            }
-        };
-        if let Err(e) = r {
-            let call = match p.kind {
-                P2p::Send => "ncclSend",
-                P2p::Recv => "ncclRecv",
-            };
-            first_error.get_or_insert(nccl_comm(call, &e));
-        }
-    }
-    let end = nccl::group_end().map_err(|e| nccl_comm("ncclGroupEnd", &e));
-    match first_error {
-        Some(e) => Err(e),
-        None => end.map(|_| ()),
-    }
-}
-
-fn chunk(p: DevicePtr, index: usize, count: usize, dt: DType) -> DevicePtr {
-    p.offset(index as u64 * count as u64 * dt.size_bytes())
 }
 
 impl NcclCommunicator {

@@ -19,7 +19,9 @@ pub mod bench;
 mod comm;
 mod device;
 mod error;
+mod nccl_args;
 mod nccl_init;
+mod p2p;
 mod registry;
 mod world;
 
