@@ -1,6 +1,6 @@
 //! memreuse conformance suite, the backend-independent half: the `memreuse.schedule/1`
-//! model and parser ([`schedule`]), the validator ([`validate`]), the host reference
-//! interpreter with digest and live peak ([`reference`]), the schedule generators
+//! model and parser ([`schedule`]), the validator ([`validate`](mod@validate)), the host reference
+//! interpreter with digest and live peak ([`reference`](mod@reference)), the schedule generators
 //! ([`generate`]) and the command line ([`cli`]). The replay engine and reports build on
 //! these.
 //!

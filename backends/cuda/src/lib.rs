@@ -7,7 +7,7 @@
 //! | [`NcclCommunicator`] | one rank of an NCCL communicator (`ncclAlltoAll` on NCCL 2.28+, grouped send/recv before) |
 //! | [`open_cuda_world`] | every rank in this process, one device each (`ncclCommInitAll`) |
 //! | [`open_rank_from_env`] | one rank per process: torchrun's variables, NCCL id through the TCP store |
-//! | [`bench`] | the allocator benchmark of the `memreuse-cuda-bench` binary: size trace, peers, records |
+//! | [`bench`](mod@bench) | the allocator benchmark of the `memreuse-cuda-bench` binary: size trace, peers, records |
 //!
 //! Without `libcuda` (or `libnccl` for communicators) every entry point returns
 //! `BackendError::Unavailable` naming the library and where it was looked for; nothing

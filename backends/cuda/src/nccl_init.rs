@@ -202,7 +202,7 @@ pub(crate) fn nonblocking_config() -> sys::ncclConfig_t {
     }
 }
 
-/// Why [`init_rank_with_deadline`] returned no communicator.
+/// Why `init_rank_with_deadline` (the opt-in non-blocking init of `open_rank`) returned no communicator.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum InitError {

@@ -65,7 +65,7 @@ impl std::fmt::Display for Phase {
     }
 }
 
-/// A parsed schedule. Parsing checks types and fields only; see [`crate::validate`] for the
+/// A parsed schedule. Parsing checks types and fields only; see [`crate::validate()`] for the
 /// semantic checks that must pass before anything runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Schedule {

@@ -2,11 +2,11 @@
 //!
 //! Stages, each collecting every error it finds (deduplicated across iterations, capped at
 //! [`MAX_ERRORS`]):
-//! 1. [`structure`]: per-op checks that need no program order (names, ranks, alignment,
+//! 1. `structure`: per-op checks that need no program order (names, ranks, alignment,
 //!    `async`/`work`, groups and streams).
-//! 2. [`dataflow`]: each rank's program in order: tensor liveness, element initialisation,
+//! 2. `dataflow`: each rank's program in order: tensor liveness, element initialisation,
 //!    works, and the static race rules.
-//! 3. [`plan`]: collective and point-to-point matching per (phase, iteration).
+//! 3. `plan`: collective and point-to-point matching per (phase, iteration).
 //! 4. Only when 1-3 found nothing: the reference interpreter, which doubles as the
 //!    strictest-execution deadlock check and tracks the exactness bound.
 

@@ -8,7 +8,7 @@
 //! - [`timeline`]: a Chrome-trace / Perfetto JSON timeline of one run.
 //! - [`metrics`] and [`http`]: Prometheus text exposition and an opt-in `/metrics` endpoint.
 //! - [`early_warning`]: projected time to the memory limit from the recent growth rate.
-//! - [`fragmentation`]: fragmentation per pool and device memory used outside the allocator.
+//! - [`fragmentation`](mod@fragmentation): fragmentation per pool and device memory used outside the allocator.
 //! - [`oom`]: the snapshot the allocator writes at the moment of out-of-memory
 //!   (`MEMREUSE_OOM_SNAPSHOT`), named in the `OutOfMemory` message.
 
