@@ -114,6 +114,8 @@ fn the_cuda_device_keeps_the_device_contract() {
     let total = d.memory_info().expect("info").total;
     let options = memreuse_core::testing::contract::ContractOptions {
         oom_request: Some(total.saturating_mul(4)),
+        // The device keeps a table of live allocations and refuses other addresses.
+        checks_addresses: true,
         ..Default::default()
     };
     let report = memreuse_core::testing::contract::check_backend(&d, &options);
