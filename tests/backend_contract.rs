@@ -64,6 +64,7 @@ enum Flaw {
     MemsetDoesNothing,
     OomIsAGenericError,
     StreamsShareAnId,
+    PanicsInMemset,
 }
 
 /// The mock with one flaw: what a port with that bug would look like to the kit.
@@ -150,6 +151,8 @@ impl Backend for Flawed {
     ) -> Result<(), BackendError> {
         if self.flaw == Flaw::MemsetDoesNothing {
             Ok(())
+        } else if self.flaw == Flaw::PanicsInMemset {
+            unimplemented!("memset_zero is not ported yet")
         } else {
             self.inner.memset_zero(ptr, bytes, stream)
         }
@@ -253,4 +256,32 @@ fn the_kit_catches_an_oom_the_allocator_could_not_retry() {
 fn the_kit_catches_streams_that_share_an_id() {
     let v = violations_of(Flaw::StreamsShareAnId);
     assert!(v.contains(&"identity"), "{v:?}");
+}
+
+#[test]
+fn a_backend_that_panics_is_reported_and_the_other_checks_still_run() {
+    let inner = MockDevice::new(MockConfig::with_capacity(CAPACITY)).unwrap();
+    let backend = Arc::new(Flawed {
+        inner,
+        flaw: Flaw::PanicsInMemset,
+    });
+    let report = check_backend(&backend, &options_for("mock"));
+    let broken: Vec<_> = report.violations.iter().map(|v| v.check).collect();
+    assert!(broken.contains(&"copies_round_trip"), "{report:?}");
+    assert!(
+        report.violations.iter().all(|v| v
+            .what
+            .contains("the backend panicked: not implemented: memset_zero")),
+        "{report:?}"
+    );
+    assert!(
+        report.passed.contains(&"out_of_memory_is_typed"),
+        "{report:?}"
+    );
+    assert!(
+        report.passed.contains(&"caching_allocator_runs"),
+        "{report:?}"
+    );
+    // The buffers of the interrupted checks went back to the device.
+    assert_eq!(backend.inner.memory_info().unwrap().free, CAPACITY);
 }

@@ -8,7 +8,9 @@
 //! (the mock, the manual backend, the Ascend FFI path against its stand-in, and CUDA on a
 //! GPU), so a port is held to the same bar.
 //!
-//! Checks never panic on a misbehaving backend: each returns what went wrong, and
+//! Checks never panic on a misbehaving backend: each returns what went wrong (a backend
+//! method that panics is caught and reported as that check's violation; a check that stops
+//! early synchronizes the device before freeing its buffers), and
 //! [`ContractReport::assert_passed`] turns the report into one test failure that lists
 //! every violation.
 
@@ -123,7 +125,10 @@ pub fn check_backend<B: Backend>(backend: &Arc<B>, options: &ContractOptions) ->
             // a missing wait is caught even when the timing happened to hide it in the
             // bytes.
             let races_before = b.race_reports().map_or(0, |r| r.len());
-            let outcome = check().and_then(|()| match b.race_reports() {
+            // A port's method that panics (an `unimplemented!()`, a missing symbol) is a
+            // violation of this check, not the end of the report.
+            let checked = guarded(check);
+            let outcome = checked.and_then(|()| match b.race_reports() {
                 Some(races) if races.len() > races_before => Err(format!(
                     "the backend's race detector flagged {} race(s), first: {}",
                     races.len() - races_before,
@@ -192,6 +197,18 @@ fn identity<B: Backend>(b: &B) -> CheckResult {
     Ok(())
 }
 
+/// Runs `f`, turning a panic of the backend into a violation message.
+fn guarded(f: impl FnOnce() -> CheckResult) -> CheckResult {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string payload".to_owned());
+        Err(format!("the backend panicked: {msg}"))
+    })
+}
+
 /// Allocates two buffers of `len` bytes, runs `f`, and frees both whatever `f` returned.
 fn with_buffers<B: Backend>(
     b: &B,
@@ -206,9 +223,13 @@ fn with_buffers<B: Backend>(
             return Err(format!("malloc failed: {e}"));
         }
     };
-    let out = f(x, y);
+    // Caught here as well as around the check, so that the buffers are freed.
+    let out = guarded(|| f(x, y));
+    // A check that stopped early may have left work on the buffers: never free memory
+    // the device may still write (the `free` contract), whatever the outcome.
+    let synced = call("synchronize_device", b.synchronize_device());
     let freed = call("free", b.free(x)).and(call("free", b.free(y)));
-    out.and(freed)
+    out.and(synced).and(freed)
 }
 
 fn read<B: Backend>(b: &B, src: DevicePtr, len: usize, s: &B::Stream) -> Result<Vec<u8>, String> {
@@ -336,12 +357,12 @@ fn out_of_memory_is_typed<B: Backend>(b: &B, request: u64) -> CheckResult {
 fn unknown_address_refused<B: Backend>(b: &B) -> CheckResult {
     let p = call("malloc", b.malloc(4096))?;
     let inner = b.free(p.offset(8));
-    let freed = call("free", b.free(p));
-    let double = b.free(p);
-    freed?;
     if inner.is_ok() {
+        // It may have released the allocation: do not free it again.
         return Err("free of an address inside an allocation succeeded".into());
     }
+    call("free", b.free(p))?;
+    let double = b.free(p);
     if double.is_ok() {
         return Err("a second free of the same address succeeded".into());
     }
