@@ -21,7 +21,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
 use crate::nccl_args::{bad, chunk, dev, dtype, op, raw_stream};
-use crate::nccl_init::{wait_ready, wait_settled};
+use crate::nccl_init::{
+    POLL_INTERVAL, WaitError, comm_state, still_in_progress, wait_ready, wait_settled, wait_until,
+};
 use crate::p2p::{P2p, Pending, grouped};
 
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
@@ -83,9 +85,18 @@ impl NcclCommunicator {
         size: usize,
         nonblocking: Option<Duration>,
     ) -> Result<NcclCommunicator, CommError> {
+        // On a failure below nobody else will ever see `comm`: abort it rather than leak it
+        // (and its device memory and proxy threads).
+        let abort = |e: CommError| {
+            // SAFETY: `comm` is live and owned here alone (contract of this function).
+            let _ = unsafe { nccl::comm_abort(comm) };
+            e
+        };
+        let version = nccl_version().map_err(abort)?;
+        let scratch = device
+            .malloc(DType::F32.size_bytes())
+            .map_err(|e| abort(e.into()))?;
         let owned = RawComm(comm);
-        let version = nccl_version()?;
-        let scratch = device.malloc(DType::F32.size_bytes())?;
         Ok(NcclCommunicator {
             device,
             comm: RwLock::new(Some(owned)),
@@ -175,10 +186,45 @@ impl NcclCommunicator {
         };
         let result = f(comm.0);
         if let Some(limit) = self.nonblocking {
-            // SAFETY: the communicator is live (read lock held).
-            wait_settled(call, unsafe { wait_ready(comm.0, limit) }, limit)?;
+            self.settle(call, comm.0, limit)?;
         }
         result
+    }
+
+    /// Polls a non-blocking communicator until `call` settled. Stops early when `abort()`
+    /// was called meanwhile (it waits for the read lock this caller holds, so it must not
+    /// wait `limit` long). On a timeout the communicator is marked aborted: NCCL forbids the
+    /// next call while it is in progress, and the process group's `abort` or the drop then
+    /// aborts it for real.
+    fn settle(
+        &self,
+        call: &'static str,
+        comm: sys::ncclComm_t,
+        limit: Duration,
+    ) -> Result<(), CommError> {
+        let start = std::time::Instant::now();
+        let r = wait_until(
+            limit,
+            POLL_INTERVAL,
+            || {
+                if let Some(reason) = self.aborted.lock().clone() {
+                    return Err(CommError::Aborted { reason });
+                }
+                // SAFETY: the caller holds the read lock: `comm` stays live.
+                unsafe { comm_state(comm) }.map_err(|e| nccl_comm(call, &e))
+            },
+            || start.elapsed(),
+            std::thread::sleep,
+        );
+        match r {
+            Ok(()) => Ok(()),
+            Err(WaitError::Failed(e)) => Err(e),
+            Err(WaitError::TimedOut { .. }) => {
+                let e = still_in_progress(call, limit);
+                self.aborted.lock().get_or_insert_with(|| e.to_string());
+                Err(e)
+            }
+        }
     }
 
     fn p2p(
@@ -444,13 +490,21 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         };
         let key = position.unwrap_or(0) as c_int;
         let mut child: sys::ncclComm_t = ptr::null_mut();
-        self.run("ncclCommSplit", |c| {
+        let split = self.run("ncclCommSplit", |c| {
             // SAFETY: the parent is live (read lock held by `run`), `child` is a valid out
             // pointer, a null config inherits the parent's; every member calls in the same
             // order, as `new_group` requires.
             let r = unsafe { sys::ncclCommSplit(c, color, key, &raw mut child, ptr::null_mut()) };
             nccl_ok("ncclCommSplit", r.result())
-        })?;
+        });
+        if let Err(e) = split {
+            if !child.is_null() {
+                // SAFETY: the child was created for this call and is owned here alone;
+                // nobody will use it after this failure.
+                let _ = unsafe { nccl::comm_abort(child) };
+            }
+            return Err(e);
+        }
         match position {
             Some(rank) if !child.is_null() => {
                 // A child of a non-blocking parent inherits its config: wait until it is
@@ -515,7 +569,9 @@ impl Communicator<CudaDevice> for NcclCommunicator {
 
 impl Drop for NcclCommunicator {
     fn drop(&mut self) {
-        let mut failed = self.async_error().is_some();
+        // A communicator marked aborted (a timed-out call) may still be in progress: abort it,
+        // never finalize it.
+        let mut failed = self.aborted.lock().is_some() || self.async_error().is_some();
         if let Some(comm) = self.comm.get_mut().take() {
             let _ = self.device.bind();
             if let (false, Some(limit)) = (failed, self.nonblocking) {

@@ -34,7 +34,7 @@ pub const SUGGESTED_NCCL_INIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Largest accepted timeout (one day).
 pub const MAX_NCCL_INIT_TIMEOUT_S: u64 = 86_400;
 /// How often the state is polled.
-const POLL_INTERVAL: Duration = Duration::from_millis(1);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(1);
 /// `NCCL_CONFIG_UNDEF_INT`: NCCL picks its default.
 const UNDEF_INT: std::ffi::c_int = std::ffi::c_int::MIN;
 /// `NCCL_VERSION(2, 30, 0)`: the `ncclConfig_t` layout cudarc binds. An older NCCL copies
@@ -163,17 +163,22 @@ pub(crate) fn wait_settled(
     match r {
         Ok(()) => Ok(()),
         Err(WaitError::Failed(e)) => Err(crate::error::nccl_comm(call, &e)),
-        Err(WaitError::TimedOut { .. }) => Err(CommError::Backend(BackendError::Device {
-            backend: BACKEND_NAME.to_owned(),
-            call,
-            code: sys::ncclResult_t::ncclInProgress as i64,
-            code_name: "ncclInProgress".to_owned(),
-            message: format!(
-                "the non-blocking communicator was still in progress after {}s",
-                limit.as_secs()
-            ),
-        })),
+        Err(WaitError::TimedOut { .. }) => Err(still_in_progress(call, limit)),
     }
+}
+
+/// The error of a non-blocking communicator still `ncclInProgress` after `limit`.
+pub(crate) fn still_in_progress(call: &'static str, limit: Duration) -> CommError {
+    CommError::Backend(BackendError::Device {
+        backend: BACKEND_NAME.to_owned(),
+        call,
+        code: sys::ncclResult_t::ncclInProgress as i64,
+        code_name: "ncclInProgress".to_owned(),
+        message: format!(
+            "the non-blocking communicator was still in progress after {}s",
+            limit.as_secs()
+        ),
+    })
 }
 
 /// `NCCL_CONFIG_INITIALIZER` with `blocking = 0`.

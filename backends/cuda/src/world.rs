@@ -64,12 +64,22 @@ pub fn open_cuda_world(
         for (rank, device) in devices.into_iter().enumerate() {
             let Some(comm) = raw.next() else { break };
             // SAFETY: `comm` is rank `rank` of the fresh `world_size`-rank communicator on
-            // device `rank`, owned by nobody else. On an error below, the communicators
-            // already wrapped are destroyed by their drops; the rest leak (no double free).
-            let c =
-                unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size, None) }
-                    .map_err(comm_to_backend)?;
-            out.push((device, c));
+            // device `rank`, owned by nobody else (`from_raw` aborts it if it fails).
+            let wrapped =
+                unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size, None) };
+            match wrapped {
+                Ok(c) => out.push((device, c)),
+                Err(e) => {
+                    // The communicators already wrapped are aborted or destroyed by their
+                    // drops; abort the ones not wrapped yet instead of leaking them.
+                    for rest in raw {
+                        // SAFETY: each is a live communicator of this world, owned here
+                        // alone and never used again.
+                        let _ = unsafe { nccl::comm_abort(rest) };
+                    }
+                    return Err(comm_to_backend(e));
+                }
+            }
         }
         Ok(out)
     })
