@@ -112,9 +112,9 @@ if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   step bench-memreuse.txt 35 "$bench" --write-trace "$trace" --json "$OUT/bench-memreuse.jsonl"
   if [ -f "$trace" ]; then
     step bench-torch-native.txt 25 env -u PYTORCH_CUDA_ALLOC_CONF python3 "$peer_py" \
-      --trace "$trace" --json "$OUT/bench-torch-native.jsonl" --expect-backend native
+      --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-native.jsonl" --expect-backend native
     step bench-torch-cudaMallocAsync.txt 25 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
-      python3 "$peer_py" --trace "$trace" --json "$OUT/bench-torch-cudaMallocAsync.jsonl" \
+      python3 "$peer_py" --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-cudaMallocAsync.jsonl" \
       --expect-backend cudaMallocAsync
   else
     note "SKIP PyTorch peers: memreuse-cuda-bench wrote no trace (see bench-memreuse.txt)"

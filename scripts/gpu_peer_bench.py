@@ -218,8 +218,11 @@ def make_record(peer, api, workload, unit, iterations, total_ns, **extra):
 class Memory:
     """Peak figures around a measurement (torch, or the self-test's fake)."""
 
-    def __init__(self, torch=None, device=0):
+    def __init__(self, torch=None, device=0, counts_device_allocs=True):
+        # PyTorch's cudaMallocAsync backend fills only the byte figures of memory_stats:
+        # its num_device_alloc would read 0, so report "unknown" (None) instead.
         self.torch, self.device, self.allocs0 = torch, device, None
+        self.counts_device_allocs = counts_device_allocs
 
     def reset(self, cold):
         t = self.torch
@@ -236,6 +239,8 @@ class Memory:
         if t is None:
             return {}
         allocs = t.cuda.memory_stats(self.device).get("num_device_alloc")
+        if not self.counts_device_allocs:
+            allocs = None
         return {
             "peak_reserved_bytes": t.cuda.max_memory_reserved(self.device),
             "peak_live_bytes": t.cuda.max_memory_allocated(self.device),
@@ -244,10 +249,18 @@ class Memory:
         }
 
 
-def run_workloads(peer, apis, trace, pairs, warmup, memory, sync, dev=0, stream=0):
-    """All workloads for every (api name, alloc, delete, arity); returns records."""
+def run_workloads(peer, apis, trace, pairs, warmup, memory, sync, dev=0, stream=0,
+                  emit=None):
+    """All workloads for every (api name, alloc, delete, arity); returns records and hands
+    each to `emit` as soon as it is measured (so a timeout loses only the rest)."""
     slots, ops, live_peak = trace
     records = []
+
+    def add(record):
+        records.append(record)
+        if emit:
+            emit(record)
+
     loop_pairs = loop_only_pairs(pairs) / pairs
     loop_trace = loop_only_trace(ops, slots) / max(len(ops), 1)
     for api, alloc, delete, arity in apis:
@@ -261,13 +274,13 @@ def run_workloads(peer, apis, trace, pairs, warmup, memory, sync, dev=0, stream=
             memory.reset(cold=False)
             ns = timed(pair_loop, alloc, delete, size, pairs, dev, stream, sync)
             name = f"pair_{size >> 20}MiB" if size >= 1 << 20 else f"pair_{size >> 10}KiB"
-            records.append(make_record(
+            add(make_record(
                 peer, api, name, "pair", pairs, ns, **memory.figures(),
                 python_loop_ns_per_op=loop_pairs, python_call_ns_per_op=call_pairs / pairs))
         for workload, cold in (("trace_cold", True), ("trace", False)):
             memory.reset(cold=cold)
             ns = timed(trace_loop, alloc, delete, ops, [0] * slots, dev, stream, sync)
-            records.append(make_record(
+            add(make_record(
                 peer, api, workload, "op", len(ops), ns, **memory.figures(),
                 trace_live_peak_bytes=live_peak, python_loop_ns_per_op=loop_trace,
                 python_call_ns_per_op=call_trace / max(len(ops), 1)))
@@ -318,18 +331,24 @@ def run_torch(args):
         apis.append((RAW_API, raw_alloc, raw_delete, 2))
     print(f"{peer}: torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"{torch.cuda.get_device_name(dev)}", file=sys.stderr)
-    records = run_workloads(peer, apis, trace, args.pairs, args.warmup, Memory(torch, dev),
-                            lambda: torch.cuda.synchronize(dev), dev, stream)
     out = open(args.json, "w", encoding="utf-8") if args.json else None
-    for r in records:
+
+    def emit(r):
         line = json.dumps(r)
-        print(line)
+        print(line, flush=True)
         if out:
             out.write(line + "\n")
+            out.flush()
         print(f"{r['peer']:>22} {r['workload']:<10} {r['ns_per_op']:>10.1f} ns/{r['unit']} "
               f"({'_C' if r['api'] == RAW_API else 'public'})", file=sys.stderr)
-    if out:
-        out.close()
+
+    try:
+        run_workloads(peer, apis, trace, args.pairs, args.warmup,
+                      Memory(torch, dev, counts_device_allocs=backend != "cudaMallocAsync"),
+                      lambda: torch.cuda.synchronize(dev), dev, stream, emit=emit)
+    finally:
+        if out:
+            out.close()
     return 0
 
 
@@ -397,8 +416,12 @@ def summarize(paths):
             row = [w]
             for p in PEERS:
                 r = pick(p, w)
+                # The raw driver replays only a cold prefix of the trace: its trace figures
+                # are shown, but a ratio against memreuse's whole trace would mislead.
+                partial = p == "raw-cuMemAlloc" and w.startswith("trace")
                 row.append(cell(r.get(key) if r else None,
-                                None if p == "memreuse" else base_v, fmt))
+                                None if p == "memreuse" or partial else base_v, fmt)
+                           + (" (prefix)" if partial and r else ""))
             for p in PEERS[2:]:
                 r = pick(p, w, raw_api=True)
                 row.append(cell(r.get(key) if r else None, base_v, fmt))

@@ -31,16 +31,18 @@ pub struct RawDriverPeer {
 }
 
 impl RawDriverPeer {
-    /// The peer on `device`.
-    pub fn new(device: CudaDevice) -> Self {
-        RawDriverPeer {
+    /// The peer on `device`, whose context it binds to the calling thread (the bench runs
+    /// every peer on that one thread; `alloc` and `free` call the driver directly).
+    pub fn new(device: CudaDevice) -> Result<Self, BackendError> {
+        device.bind()?;
+        Ok(RawDriverPeer {
             device,
             live: 0,
             peak_live: 0,
             allocs: 0,
             used_at_reset: None,
             used_growth_at_peak: None,
-        }
+        })
     }
 
     fn used(&self) -> Result<u64, BackendError> {
@@ -64,8 +66,8 @@ impl BenchPeer for RawDriverPeer {
     fn alloc(&mut self, size: u64) -> Result<RawAllocation, BenchError> {
         let len = usize::try_from(size)
             .map_err(|_| error::invalid("cuMemAlloc", format!("{size} bytes do not fit")))?;
-        // SAFETY: the device's context was bound to this thread by `reset_peaks` (the bench
-        // is single-threaded); the memory is never read on the host.
+        // SAFETY: the device's context was bound to this thread by `new` (the bench is
+        // single-threaded); the memory is never read on the host.
         let ptr = unsafe { result::malloc_sync(len) }.map_err(|e| error::alloc(size, e))?;
         self.live += size;
         self.peak_live = self.peak_live.max(self.live);

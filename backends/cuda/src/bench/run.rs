@@ -96,7 +96,9 @@ pub struct Record {
     pub ns_per_op: f64,
     /// Peak bytes held from the device during the loop (`null`: the peer does not know).
     pub peak_reserved_bytes: Option<u64>,
-    /// Peak bytes handed out during the loop, as the peer counts them (rounded sizes).
+    /// Peak bytes handed out during the loop, as the peer counts them: rounded block sizes
+    /// for memreuse (and PyTorch's `max_memory_allocated`), requested sizes for the raw
+    /// driver peer.
     pub peak_live_bytes: Option<u64>,
     /// Peak live *requested* bytes of the trace replayed (trace workloads only).
     pub trace_live_peak_bytes: Option<u64>,

@@ -288,7 +288,8 @@ fn run(args: &Args) -> Result<(), RunError> {
     if args.skip_raw {
         return Ok(());
     }
-    let mut raw = RawDriverPeer::new(device);
+    let mut raw =
+        RawDriverPeer::new(device).map_err(|e| bench_err("raw-cuMemAlloc", "open")(e.into()))?;
     let prefix = (args.raw_trace_ops > 0).then(|| {
         let p = trace.prefix(args.raw_trace_ops as usize);
         let note = format!(
