@@ -38,7 +38,15 @@ fn parse(text: &str) -> (HashMap<Key, String>, HashMap<String, String>) {
             types.insert(name.to_owned(), ty.to_owned());
             continue;
         }
-        if line.starts_with("# HELP ") || line.starts_with("# UNIT ") {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (_, help) = rest.split_once(' ').expect("HELP name text");
+            assert!(
+                help.ends_with('.') && !help.ends_with(".."),
+                "one final period: {line:?}"
+            );
+            continue;
+        }
+        if line.starts_with("# UNIT ") {
             continue;
         }
         assert!(

@@ -99,6 +99,12 @@ pub struct MetricsReport {
 type Labels = Vec<(String, String)>;
 type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// `help` as the registry wants it: prometheus-client ends every HELP line with a period
+/// itself, so a sentence's own final period would be doubled.
+fn help_text(help: &str) -> &str {
+    help.strip_suffix('.').unwrap_or(help)
+}
+
 /// Registers families on first use and sets one sample per call.
 struct Exposition {
     registry: Registry,
@@ -126,9 +132,9 @@ impl Exposition {
         let family = self.gauges.entry(name).or_insert_with(|| {
             let f = Family::<Labels, Gauge>::default();
             if bytes {
-                registry.register_with_unit(name, help, Unit::Bytes, f.clone());
+                registry.register_with_unit(name, help_text(help), Unit::Bytes, f.clone());
             } else {
-                registry.register(name, help, f.clone());
+                registry.register(name, help_text(help), f.clone());
             }
             f
         });
@@ -139,7 +145,7 @@ impl Exposition {
         let registry = &mut self.registry;
         let family = self.floats.entry(name).or_insert_with(|| {
             let f = Family::<Labels, FloatGauge>::default();
-            registry.register(name, help, f.clone());
+            registry.register(name, help_text(help), f.clone());
             f
         });
         family.get_or_create(labels).set(v);
@@ -150,7 +156,7 @@ impl Exposition {
         let registry = &mut self.registry;
         let family = self.counters.entry(name).or_insert_with(|| {
             let f = Family::<Labels, Counter>::default();
-            registry.register(name, help, f.clone());
+            registry.register(name, help_text(help), f.clone());
             f
         });
         family.get_or_create(labels).inc_by(v);
