@@ -1,5 +1,6 @@
-//! The HTML report: the comparison table and, per schedule, an SVG plot per (backend,
-//! mode) of reserved and allocated bytes over the schedule's ops.
+//! The HTML report: the comparison table and, per schedule, one SVG plot overlaying the
+//! reserved bytes of every (backend, mode) run, then a plot per run of reserved and
+//! allocated bytes over the schedule's ops.
 
 use std::fmt::Write as _;
 
@@ -112,6 +113,72 @@ fn plot(series: &MemorySeries) -> Option<String> {
     Some(svg)
 }
 
+/// Draws one SVG chart overlaying the reserved bytes of every run of one schedule (one line
+/// per backend and mode), so the modes compare at a glance; `None` with fewer than two
+/// non-empty series or when plotting failed.
+fn plot_reserved_by_run(schedule: &str, series: &[&MemorySeries]) -> Option<String> {
+    let lines: Vec<(String, Vec<(u64, u64)>)> = series
+        .iter()
+        .map(|s| (format!("{} mode {}", s.backend, s.mode), s.max_over_ranks()))
+        .filter(|(_, p)| !p.is_empty())
+        .collect();
+    if lines.len() < 2 {
+        return None;
+    }
+    let max_x = lines.iter().map(|(_, p)| p.len()).max().unwrap_or(1);
+    let max_y = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|&(_, r)| r))
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64
+        / (1024.0 * 1024.0);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
+        root.fill(&WHITE).ok()?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{schedule}: reserved, every run"),
+                ("sans-serif", 16),
+            )
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0usize..max_x, 0f64..max_y * 1.05)
+            .ok()?;
+        chart
+            .configure_mesh()
+            .x_desc("op (program order, max over ranks)")
+            .y_desc("MiB reserved")
+            .draw()
+            .ok()?;
+        for (i, (label, points)) in lines.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(
+                    points
+                        .iter()
+                        .enumerate()
+                        .map(|(x, &(_, r))| (x, r as f64 / (1024.0 * 1024.0))),
+                    color.stroke_width(2),
+                ))
+                .ok()?
+                .label(label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
 /// The links of one run: `snapshot: r0 r1 · timeline: r0 · metrics: r0`.
 fn artifact_cell(files: Option<&RunArtifacts>) -> String {
     let Some(files) = files else {
@@ -140,7 +207,7 @@ fn artifact_cell(files: Option<&RunArtifacts>) -> String {
 pub fn render_html(report: &Report, series: &[MemorySeries], artifacts: &[RunArtifacts]) -> String {
     let mut out = String::new();
     out.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>memreuse conformance report</title>\n");
-    out.push_str("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td.l{text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}</style>\n");
+    out.push_str("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}td{white-space:nowrap}td.l{text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}.plots{display:flex;flex-wrap:wrap;gap:8px}</style>\n");
     out.push_str("</head><body>\n<h1>memreuse conformance report</h1>\n");
     let _ = writeln!(
         out,
@@ -204,8 +271,14 @@ pub fn render_html(report: &Report, series: &[MemorySeries], artifacts: &[RunArt
                 },
             );
         }
-        out.push_str("</table>\n");
-        for s in series.iter().filter(|s| s.schedule == name) {
+        out.push_str("</table>\n<div class=plots>\n");
+        let runs: Vec<&MemorySeries> = series.iter().filter(|s| s.schedule == name).collect();
+        if let Some(svg) = plot_reserved_by_run(name, &runs) {
+            out.push_str("<div>");
+            out.push_str(&svg);
+            out.push_str("</div>\n");
+        }
+        for s in runs {
             match plot(s) {
                 Some(svg) => {
                     out.push_str("<div>");
@@ -222,6 +295,7 @@ pub fn render_html(report: &Report, series: &[MemorySeries], artifacts: &[RunArt
                 }
             }
         }
+        out.push_str("</div>\n");
     }
     out.push_str("</body></html>\n");
     out
@@ -257,6 +331,30 @@ mod tests {
         assert!(page.contains("<h2>a&lt;b</h2>"));
         assert_eq!(page.matches("<svg").count(), 1, "one plot");
         assert!(page.contains("reserved") && page.contains("allocated"));
+    }
+
+    #[test]
+    fn several_runs_of_a_schedule_also_get_one_overlay_of_reserved() {
+        let mut report = Report::new();
+        let mut series = Vec::new();
+        for mode in ["0", "1", "2", "3"] {
+            report.runs.push(RunRecord::empty("s", "mock", mode, 1, 1));
+            series.push(MemorySeries {
+                schedule: "s".into(),
+                backend: "mock".into(),
+                mode: mode.into(),
+                per_rank: vec![vec![(0, 2 << 20), (1 << 20, 4 << 20)]],
+            });
+        }
+        let page = render_html(&report, &series, &[]);
+        assert_eq!(page.matches("<svg").count(), 5, "one overlay + one per run");
+        assert!(page.contains("s: reserved, every run"));
+        for mode in ["0", "1", "2", "3"] {
+            assert!(
+                page.contains(&format!("mock mode {mode}")),
+                "legend names mode {mode}"
+            );
+        }
     }
 
     #[test]
