@@ -384,3 +384,46 @@ fn four_rank_event_counts_per_mode() {
         }
     }
 }
+
+/// The FSDP prefetch pattern behind pytorch/pytorch#147168, with 12 MiB tensors (each its
+/// own segment) and collectives slowed to 400 ms on the mock: layer 0's buffer is waited
+/// and freed while layer 1's prefetched collective is still queued on the comm stream,
+/// then layer 2's buffer is allocated. Mode 0's `record_stream` makes the free wait for the
+/// comm stream's *tail* (the prefetch), so layer 2 needs a third segment; modes 1 and 3
+/// erase the comm stream's use at `wait()` and mode 2 never recorded it, so layer 2 gets
+/// layer 0's block back at once. (Only mode 0's figure depends on timing: it needs the
+/// host to allocate layer 2 within the 800 ms the two collectives take.)
+#[test]
+fn prefetch_pattern_over_allocates_only_in_mode_0() {
+    const BIG: usize = 3 << 20; // f32 elements: 12 MiB
+    for mode in ReuseMode::ALL {
+        let mut setup = Setup::new(2, mode);
+        setup.config.delays.joint = std::time::Duration::from_millis(400);
+        let out = run(&setup, |r| {
+            let c = &r.compute;
+            let layer0 = r.tensor(BIG, 1.0, c);
+            let first = layer0.ptr();
+            let w0 = r.pg.all_reduce(&layer0, ReduceOp::Sum, c, true).unwrap();
+            let layer1 = r.tensor(BIG, 2.0, c);
+            let w1 = r.pg.all_reduce(&layer1, ReduceOp::Sum, c, true).unwrap();
+            w0.wait(c).unwrap();
+            drop(layer0);
+            let layer2 = r.tensor(BIG, 3.0, c);
+            let reused = layer2.ptr() == first;
+            let peak = r.allocator.stats().reserved_bytes.aggregate.peak;
+            w1.wait(c).unwrap();
+            assert_eq!(r.read(&layer1, c)[0], sum_of(2.0, r.world));
+            (reused, peak)
+        });
+        assert_eq!(out.races.len(), 0, "mode {mode:?}: {:?}", out.races);
+        for (reused, peak) in out.values {
+            if mode == ReuseMode::RecordStream {
+                assert!(!reused, "mode 0: layer 0's block waits behind the prefetch");
+                assert_eq!(peak, 36 << 20, "mode 0 reserves a third segment");
+            } else {
+                assert!(reused, "{mode:?}: layer 2 takes layer 0's block");
+                assert_eq!(peak, 24 << 20, "{mode:?} needs two segments");
+            }
+        }
+    }
+}
