@@ -2,36 +2,8 @@
 
 use super::*;
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and the same sequence everywhere.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)` (53 bits).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[lo, hi]` (Lemire's multiply-shift; the bias is below 2^-40 here).
-    pub fn range_inclusive(&mut self, lo: u64, hi: u64) -> u64 {
-        let span = hi - lo + 1;
-        lo + ((u128::from(self.next_u64()) * u128::from(span)) >> 64) as u64
-    }
-}
+/// The seeded generator of every trace (shared with the mock's deterministic mode).
+pub use memreuse_core::testing::SplitMix64;
 
 /// One trace operation. Slots index a fixed table of live handles that every peer keeps
 /// the same way, so "free a random live one" frees the same allocation in every peer.

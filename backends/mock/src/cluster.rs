@@ -13,8 +13,8 @@ use crate::device::{MockDevice, Owner};
 use crate::error::invalid;
 use crate::joint::JointGroup;
 use crate::memory::Memory;
-use crate::rng::SplitMix64;
 use crate::world::{Core, DeviceState, World};
+use memreuse_core::testing::SplitMix64;
 
 static NEXT_CLUSTER_UID: AtomicU64 = AtomicU64::new(1);
 

@@ -57,7 +57,6 @@ mod joint;
 mod memory;
 mod region;
 mod registry;
-mod rng;
 mod world;
 
 pub use cluster::MockCluster;

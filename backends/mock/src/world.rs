@@ -18,7 +18,7 @@ use crate::config::MockConfig;
 use crate::detector::{Access, OpInfo, RaceLog};
 use crate::memory::{Memory, Span};
 use crate::region::JointBody;
-use crate::rng::SplitMix64;
+use memreuse_core::testing::SplitMix64;
 
 /// Shared by every handle of a cluster and by its worker threads.
 pub(crate) struct Core {

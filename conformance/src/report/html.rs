@@ -47,33 +47,36 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Draws one SVG chart of a series; `None` when the series is empty or plotting failed
-/// (the page then says so instead of failing the whole report).
-fn plot(series: &MemorySeries) -> Option<String> {
-    let points = series.max_over_ranks();
-    if points.is_empty() {
-        return None;
-    }
-    let max_y = points
+/// One line of a chart: legend label, colour, and `y` in MiB at each op index.
+struct Line {
+    label: String,
+    color: RGBAColor,
+    mib: Vec<f64>,
+}
+
+fn to_mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// Draws one 640x260 SVG chart of `lines` over the op index; `None` when there is nothing
+/// to draw or plotting failed (the page then says so instead of failing the whole report).
+fn plot_lines(
+    caption: &str,
+    y_desc: &str,
+    lines: &[Line],
+    legend: SeriesLabelPosition,
+) -> Option<String> {
+    let max_x = lines.iter().map(|l| l.mib.len()).max().filter(|&n| n > 0)?;
+    let max_y = lines
         .iter()
-        .map(|&(a, r)| a.max(r))
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64
-        / (1024.0 * 1024.0);
-    let max_x = points.len();
+        .flat_map(|l| l.mib.iter().copied())
+        .fold(to_mib(1), f64::max);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
         root.fill(&WHITE).ok()?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "{} / {} / mode {}",
-                    series.schedule, series.backend, series.mode
-                ),
-                ("sans-serif", 16),
-            )
+            .caption(caption, ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(30)
             .y_label_area_size(60)
@@ -82,28 +85,23 @@ fn plot(series: &MemorySeries) -> Option<String> {
         chart
             .configure_mesh()
             .x_desc("op (program order, max over ranks)")
-            .y_desc("MiB")
+            .y_desc(y_desc)
             .draw()
             .ok()?;
-        let to_mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().enumerate().map(|(i, &(_, r))| (i, to_mib(r))),
-                &BLUE,
-            ))
-            .ok()?
-            .label("reserved")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE));
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().enumerate().map(|(i, &(a, _))| (i, to_mib(a))),
-                &RED,
-            ))
-            .ok()?
-            .label("allocated")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
+        for line in lines {
+            let color = line.color;
+            chart
+                .draw_series(LineSeries::new(
+                    line.mib.iter().copied().enumerate(),
+                    color.stroke_width(if lines.len() > 2 { 2 } else { 1 }),
+                ))
+                .ok()?
+                .label(line.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        }
         chart
             .configure_series_labels()
+            .position(legend)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.8))
             .draw()
@@ -113,70 +111,51 @@ fn plot(series: &MemorySeries) -> Option<String> {
     Some(svg)
 }
 
-/// Draws one SVG chart overlaying the reserved bytes of every run of one schedule (one line
-/// per backend and mode), so the modes compare at a glance; `None` with fewer than two
-/// non-empty series or when plotting failed.
+/// One run's chart: reserved and allocated bytes.
+fn plot(series: &MemorySeries) -> Option<String> {
+    let points = series.max_over_ranks();
+    let line = |label: &str, color: RGBColor, pick: fn(&(u64, u64)) -> u64| Line {
+        label: label.to_owned(),
+        color: color.to_rgba(),
+        mib: points.iter().map(|p| to_mib(pick(p))).collect(),
+    };
+    plot_lines(
+        &format!(
+            "{} / {} / mode {}",
+            series.schedule, series.backend, series.mode
+        ),
+        "MiB",
+        &[
+            line("reserved", BLUE, |p| p.1),
+            line("allocated", RED, |p| p.0),
+        ],
+        SeriesLabelPosition::MiddleRight,
+    )
+}
+
+/// The reserved bytes of every run of one schedule (one line per backend and mode) in one
+/// chart, so the modes compare at a glance; `None` with fewer than two non-empty series.
 fn plot_reserved_by_run(schedule: &str, series: &[&MemorySeries]) -> Option<String> {
-    let lines: Vec<(String, Vec<(u64, u64)>)> = series
+    let lines: Vec<Line> = series
         .iter()
         .map(|s| (format!("{} mode {}", s.backend, s.mode), s.max_over_ranks()))
         .filter(|(_, p)| !p.is_empty())
+        .enumerate()
+        .map(|(i, (label, points))| Line {
+            label,
+            color: Palette99::pick(i).to_rgba(),
+            mib: points.iter().map(|&(_, r)| to_mib(r)).collect(),
+        })
         .collect();
     if lines.len() < 2 {
         return None;
     }
-    let max_x = lines.iter().map(|(_, p)| p.len()).max().unwrap_or(1);
-    let max_y = lines
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|&(_, r)| r))
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64
-        / (1024.0 * 1024.0);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("{schedule}: reserved, every run"),
-                ("sans-serif", 16),
-            )
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0usize..max_x, 0f64..max_y * 1.05)
-            .ok()?;
-        chart
-            .configure_mesh()
-            .x_desc("op (program order, max over ranks)")
-            .y_desc("MiB reserved")
-            .draw()
-            .ok()?;
-        for (i, (label, points)) in lines.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(
-                    points
-                        .iter()
-                        .enumerate()
-                        .map(|(x, &(_, r))| (x, r as f64 / (1024.0 * 1024.0))),
-                    color.stroke_width(2),
-                ))
-                .ok()?
-                .label(label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .ok()?;
-        root.present().ok()?;
-    }
-    Some(svg)
+    plot_lines(
+        &format!("{schedule}: reserved, every run"),
+        "MiB reserved",
+        &lines,
+        SeriesLabelPosition::LowerRight,
+    )
 }
 
 /// The links of one run: `snapshot: r0 r1 · timeline: r0 · metrics: r0`.

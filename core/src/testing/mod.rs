@@ -16,5 +16,7 @@
 
 pub mod contract;
 mod manual;
+mod rng;
 
 pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
+pub use rng::SplitMix64;

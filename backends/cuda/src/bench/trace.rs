@@ -30,36 +30,8 @@ use thiserror::Error;
 /// The first line of a version-1 trace file, before the slot count.
 pub const TRACE_MAGIC: &str = "memreuse-trace v1 slots";
 
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and the same sequence everywhere.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi]` (Lemire's multiply-shift; `lo <= hi`).
-    pub fn range_inclusive(&mut self, lo: u64, hi: u64) -> u64 {
-        let span = u128::from(hi - lo) + 1;
-        lo + ((u128::from(self.next_u64()) * span) >> 64) as u64
-    }
-
-    /// True with probability `per_mille / 1000`.
-    pub fn chance(&mut self, per_mille: u64) -> bool {
-        self.range_inclusive(0, 999) < per_mille
-    }
-}
+/// The seeded generator of every trace (shared with the mock's deterministic mode).
+pub use memreuse_core::testing::SplitMix64;
 
 /// One trace operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
