@@ -392,20 +392,8 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         peer: usize,
         stream: &AscendStream,
     ) -> Result<(), CommError> {
-        self.check_peer("send", peer)?;
-        let t = Self::dtype("send", dtype)?;
         let f = self.device.api().HcclSend;
-        // SAFETY: as for all_reduce.
-        self.call("HcclSend", |c| unsafe {
-            f(
-                vptr(buf),
-                count as u64,
-                t,
-                peer as u32,
-                c,
-                stream_raw(stream),
-            )
-        })
+        self.p2p(("send", "HcclSend"), f, buf, count, dtype, peer, stream)
     }
 
     fn recv(
@@ -416,20 +404,8 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         peer: usize,
         stream: &AscendStream,
     ) -> Result<(), CommError> {
-        self.check_peer("recv", peer)?;
-        let t = Self::dtype("recv", dtype)?;
         let f = self.device.api().HcclRecv;
-        // SAFETY: as for all_reduce.
-        self.call("HcclRecv", |c| unsafe {
-            f(
-                vptr(buf),
-                count as u64,
-                t,
-                peer as u32,
-                c,
-                stream_raw(stream),
-            )
-        })
+        self.p2p(("recv", "HcclRecv"), f, buf, count, dtype, peer, stream)
     }
 
     fn group_start(&self) -> Result<(), CommError> {
@@ -504,6 +480,38 @@ impl Communicator<AscendDevice> for AscendCommunicator {
 }
 
 impl AscendCommunicator {
+    /// `HcclSend` or `HcclRecv` (one C signature) of `count` elements at `buf` with `peer`;
+    /// `names` is (the trait method, the HCCL symbol) for errors.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the trait method's five arguments plus the call and its names"
+    )]
+    fn p2p(
+        &self,
+        names: (&'static str, &'static str),
+        f: sys::HcclSend,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        stream: &AscendStream,
+    ) -> Result<(), CommError> {
+        let (method, symbol) = names;
+        self.check_peer(method, peer)?;
+        let t = Self::dtype(method, dtype)?;
+        // SAFETY: as for all_reduce.
+        self.call(symbol, |c| unsafe {
+            f(
+                vptr(buf),
+                count as u64,
+                t,
+                peer as u32,
+                c,
+                stream_raw(stream),
+            )
+        })
+    }
+
     fn check_peer(&self, call: &'static str, peer: usize) -> Result<(), CommError> {
         if peer >= self.size || peer == self.rank {
             return Err(bad(
