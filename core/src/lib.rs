@@ -29,9 +29,14 @@ pub use allocator::{
     ConfigError, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage, WeakStorage,
 };
 pub use backend::Backend;
+pub use comm::{CommError, Communicator, DType, ReduceOp};
 pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
 pub use error::BackendError;
 pub use ids::{AllocationId, DevicePtr, MemoryInfo, StreamId, WorkId};
+pub use process_group::{
+    CommBuffer, P2pOp, ParseReuseModeError, PgError, PgStats, ProcessGroup, ProcessGroupBuilder,
+    ReuseMode, ReuseModeError, Work,
+};
 pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use registry::{
     BackendOptions, BackendRegistration, OpenError, find_backend, open_backend, registered_backends,

@@ -20,6 +20,14 @@ impl DType {
     }
 }
 
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+        })
+    }
+}
+
 /// Element-wise reduction.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum ReduceOp {

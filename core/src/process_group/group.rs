@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::buffer::CommBuffer;
 use super::builder::{PgSettings, ProcessGroupBuilder};
 use super::counters::{PgCounters, PgStats};
 use super::error::PgError;
@@ -38,10 +39,9 @@ pub enum P2pOp<'a, B: Backend> {
     Recv(&'a Storage<B>, usize),
 }
 
-const F32: DType = DType::F32;
-
-fn elems<B: Backend>(s: &Storage<B>) -> usize {
-    (s.requested_size() / F32.size_bytes()) as usize
+/// A batched point-to-point member's tensor, read as whole `f32` elements.
+fn p2p_elems<B: Backend>(op: &'static str, s: &Storage<B>) -> Result<usize, PgError> {
+    CommBuffer::from(s).element_count(op)
 }
 
 impl<B: Backend> ProcessGroup<B> {
@@ -172,14 +172,17 @@ impl<B: Backend> ProcessGroup<B> {
     }
 
     /// In place: every member's tensor becomes the reduction over members.
-    pub fn all_reduce(
+    ///
+    /// Tensors are `impl Into<CommBuffer>`: a `&Storage` is all of it as `f32`;
+    /// [`CommBuffer::new`] / [`CommBuffer::with_count`] give the element type and count.
+    pub fn all_reduce<'t>(
         &self,
-        t: &Storage<B>,
+        t: impl Into<CommBuffer<'t, B>>,
         op: ReduceOp,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(t);
+        let (t, n, dtype) = Self::typed("all_reduce", t.into())?;
         self.issue(
             "all_reduce",
             CommKind::Collective,
@@ -187,22 +190,23 @@ impl<B: Backend> ProcessGroup<B> {
             &[t],
             current,
             async_op,
-            |c, s| c.all_reduce(t.ptr(), n, F32, op, s),
+            |c, s| c.all_reduce(t.ptr(), n, dtype, op, s),
         )
     }
 
     /// `output` (size x `input` elements) gathers every member's `input` by group rank.
-    pub fn all_gather(
+    pub fn all_gather<'t>(
         &self,
-        input: &Storage<B>,
-        output: &Storage<B>,
+        input: impl Into<CommBuffer<'t, B>>,
+        output: impl Into<CommBuffer<'t, B>>,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(input);
+        let (input, n, dtype) = Self::typed("all_gather", input.into())?;
+        let (output, out_n) = Self::same_type("all_gather", output.into(), dtype)?;
         Self::check_len(
             "all_gather",
-            elems(output),
+            out_n,
             n * self.size(),
             "output elements must be input elements x group size",
         )?;
@@ -213,23 +217,24 @@ impl<B: Backend> ProcessGroup<B> {
             &[output],
             current,
             async_op,
-            |c, s| c.all_gather(input.ptr(), output.ptr(), n, F32, s),
+            |c, s| c.all_gather(input.ptr(), output.ptr(), n, dtype, s),
         )
     }
 
     /// Member `r`'s `output` receives the reduction of chunk `r` of every member's `input`.
-    pub fn reduce_scatter(
+    pub fn reduce_scatter<'t>(
         &self,
-        input: &Storage<B>,
-        output: &Storage<B>,
+        input: impl Into<CommBuffer<'t, B>>,
+        output: impl Into<CommBuffer<'t, B>>,
         op: ReduceOp,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(output);
+        let (output, n, dtype) = Self::typed("reduce_scatter", output.into())?;
+        let (input, in_n) = Self::same_type("reduce_scatter", input.into(), dtype)?;
         Self::check_len(
             "reduce_scatter",
-            elems(input),
+            in_n,
             n * self.size(),
             "input elements must be output elements x group size",
         )?;
@@ -240,23 +245,24 @@ impl<B: Backend> ProcessGroup<B> {
             &[output],
             current,
             async_op,
-            |c, s| c.reduce_scatter(input.ptr(), output.ptr(), n, F32, op, s),
+            |c, s| c.reduce_scatter(input.ptr(), output.ptr(), n, dtype, op, s),
         )
     }
 
     /// Equal-split all-to-all.
-    pub fn all_to_all(
+    pub fn all_to_all<'t>(
         &self,
-        input: &Storage<B>,
-        output: &Storage<B>,
+        input: impl Into<CommBuffer<'t, B>>,
+        output: impl Into<CommBuffer<'t, B>>,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let total = elems(input);
+        let (input, total, dtype) = Self::typed("all_to_all", input.into())?;
+        let (output, out_n) = Self::same_type("all_to_all", output.into(), dtype)?;
         let size = self.size();
         Self::check_len(
             "all_to_all",
-            elems(output),
+            out_n,
             total,
             "input and output must have equal lengths",
         )?;
@@ -273,19 +279,19 @@ impl<B: Backend> ProcessGroup<B> {
             &[output],
             current,
             async_op,
-            |c, s| c.all_to_all(input.ptr(), output.ptr(), total / size, F32, s),
+            |c, s| c.all_to_all(input.ptr(), output.ptr(), total / size, dtype, s),
         )
     }
 
     /// Every member's tensor becomes group rank `root`'s.
-    pub fn broadcast(
+    pub fn broadcast<'t>(
         &self,
-        t: &Storage<B>,
+        t: impl Into<CommBuffer<'t, B>>,
         root: usize,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(t);
+        let (t, n, dtype) = Self::typed("broadcast", t.into())?;
         let (inputs, outputs): (&[&Storage<B>], &[&Storage<B>]) = if self.rank() == root {
             (&[t], &[])
         } else {
@@ -298,19 +304,19 @@ impl<B: Backend> ProcessGroup<B> {
             outputs,
             current,
             async_op,
-            |c, s| c.broadcast(t.ptr(), n, F32, root, s),
+            |c, s| c.broadcast(t.ptr(), n, dtype, root, s),
         )
     }
 
     /// Sends the tensor to group rank `peer`.
-    pub fn send(
+    pub fn send<'t>(
         &self,
-        t: &Storage<B>,
+        t: impl Into<CommBuffer<'t, B>>,
         peer: usize,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(t);
+        let (t, n, dtype) = Self::typed("send", t.into())?;
         self.issue(
             "send",
             CommKind::PointToPoint,
@@ -318,19 +324,19 @@ impl<B: Backend> ProcessGroup<B> {
             &[],
             current,
             async_op,
-            |c, s| c.send(t.ptr(), n, F32, peer, s),
+            |c, s| c.send(t.ptr(), n, dtype, peer, s),
         )
     }
 
     /// Receives into the tensor from group rank `peer`.
-    pub fn recv(
+    pub fn recv<'t>(
         &self,
-        t: &Storage<B>,
+        t: impl Into<CommBuffer<'t, B>>,
         peer: usize,
         current: &B::Stream,
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
-        let n = elems(t);
+        let (t, n, dtype) = Self::typed("recv", t.into())?;
         self.issue(
             "recv",
             CommKind::PointToPoint,
@@ -338,7 +344,7 @@ impl<B: Backend> ProcessGroup<B> {
             &[t],
             current,
             async_op,
-            |c, s| c.recv(t.ptr(), n, F32, peer, s),
+            |c, s| c.recv(t.ptr(), n, dtype, peer, s),
         )
     }
 
@@ -369,6 +375,13 @@ impl<B: Backend> ProcessGroup<B> {
                 }
             })
             .collect();
+        // Every member is checked before anything is issued (no half-issued batch).
+        let counts = ops
+            .iter()
+            .map(|o| match *o {
+                P2pOp::Send(t, _) | P2pOp::Recv(t, _) => p2p_elems("batch_isend_irecv", t),
+            })
+            .collect::<Result<Vec<usize>, PgError>>()?;
         self.issue(
             "batch_isend_irecv",
             CommKind::PointToPoint,
@@ -379,10 +392,10 @@ impl<B: Backend> ProcessGroup<B> {
             |c, s| {
                 c.group_start()?;
                 let mut result = Ok(());
-                for op in ops {
+                for (op, &n) in ops.iter().zip(&counts) {
                     result = match *op {
-                        P2pOp::Send(t, peer) => c.send(t.ptr(), elems(t), F32, peer, s),
-                        P2pOp::Recv(t, peer) => c.recv(t.ptr(), elems(t), F32, peer, s),
+                        P2pOp::Send(t, peer) => c.send(t.ptr(), n, DType::F32, peer, s),
+                        P2pOp::Recv(t, peer) => c.recv(t.ptr(), n, DType::F32, peer, s),
                     };
                     if result.is_err() {
                         break;
@@ -407,6 +420,32 @@ impl<B: Backend> ProcessGroup<B> {
             |c, s| c.barrier(s),
         )
         .map(|_| ())
+    }
+
+    /// The storage, element count and element type of a buffer (its size checked).
+    fn typed<'t>(
+        op: &'static str,
+        buf: CommBuffer<'t, B>,
+    ) -> Result<(&'t Storage<B>, usize, DType), PgError> {
+        Ok((buf.storage(), buf.element_count(op)?, buf.dtype()))
+    }
+
+    /// As [`Self::typed`] for the second buffer of an operation: same element type.
+    fn same_type<'t>(
+        op: &'static str,
+        buf: CommBuffer<'t, B>,
+        dtype: DType,
+    ) -> Result<(&'t Storage<B>, usize), PgError> {
+        if buf.dtype() != dtype {
+            return Err(PgError::InvalidArgument {
+                op,
+                reason: format!(
+                    "input and output must have one element type (got {dtype} and {})",
+                    buf.dtype()
+                ),
+            });
+        }
+        Ok((buf.storage(), buf.element_count(op)?))
     }
 
     fn check_len(op: &'static str, got: usize, want: usize, rule: &str) -> Result<(), PgError> {

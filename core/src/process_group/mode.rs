@@ -1,6 +1,7 @@
 //! `MULTI_STREAM_MEMORY_REUSE`: which reuse policy process groups use.
 
 use std::fmt;
+use std::str::FromStr;
 use std::sync::OnceLock;
 
 use thiserror::Error;
@@ -9,9 +10,24 @@ use thiserror::Error;
 /// process (read once, cached).
 pub const MULTI_STREAM_MEMORY_REUSE: &str = "MULTI_STREAM_MEMORY_REUSE";
 
-/// The four reuse modes of torch_npu (see `reference/reuse-modes.md`), with memreuse's
-/// improvements (per-work stream uses, generation-checked block ids, guarded mode-2
-/// unstash).
+/// The four reuse modes of torch_npu (see `docs/design.md`, "Reuse policies"), with
+/// memreuse's improvements (per-work stream uses, generation-checked block ids, guarded
+/// mode-2 unstash).
+///
+/// A mode comes from its number ([`ReuseMode::from_number`]), from text
+/// ([`str::parse`], digits or torch_npu's names), or from `MULTI_STREAM_MEMORY_REUSE`
+/// ([`reuse_mode_from_env`]):
+///
+/// ```
+/// use memreuse_core::process_group::ReuseMode;
+///
+/// assert_eq!(ReuseMode::from_number(2), Ok(ReuseMode::AvoidRecordStream));
+/// assert_eq!("1".parse::<ReuseMode>(), Ok(ReuseMode::EraseRecordStream));
+/// assert_eq!("CLOSE".parse::<ReuseMode>(), Ok(ReuseMode::RecordStream));
+/// let err = "4".parse::<ReuseMode>().unwrap_err();
+/// assert_eq!(err.to_string(), "invalid reuse mode \"4\": valid values are 0, 1, 2 or 3 \
+///     (or CLOSE, ERASE_RECORD_STREAM, AVOID_RECORD_STREAM, ERASE_RECORD_STREAM_WITH_OPTIMIZE)");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum ReuseMode {
     /// `0` CLOSE: `record_stream` on every tensor a communication op touches.
@@ -48,6 +64,17 @@ impl ReuseMode {
         }
     }
 
+    /// The mode with this number (`0`..`3`); any other number is an error listing the
+    /// valid ones.
+    pub fn from_number(number: u8) -> Result<ReuseMode, ParseReuseModeError> {
+        ReuseMode::ALL
+            .into_iter()
+            .find(|m| m.as_number() == number)
+            .ok_or_else(|| ParseReuseModeError {
+                value: number.to_string(),
+            })
+    }
+
     /// torch_npu's name for the mode.
     pub const fn torch_name(self) -> &'static str {
         match self {
@@ -65,6 +92,38 @@ impl fmt::Display for ReuseMode {
     }
 }
 
+impl FromStr for ReuseMode {
+    type Err = ParseReuseModeError;
+
+    /// Exactly one of `0`..`3` or one of torch_npu's names ([`ReuseMode::torch_name`]),
+    /// surrounding whitespace allowed; the same digits the environment variable takes,
+    /// with an error that does not name the variable.
+    fn from_str(text: &str) -> Result<ReuseMode, ParseReuseModeError> {
+        let trimmed = text.trim();
+        ReuseMode::ALL
+            .into_iter()
+            .find(|m| {
+                // One ASCII digit only: `02`, `+2` and non-ASCII digits stay errors.
+                (trimmed.len() == 1 && trimmed.as_bytes()[0] == b'0' + m.as_number())
+                    || trimmed == m.torch_name()
+            })
+            .ok_or_else(|| ParseReuseModeError {
+                value: text.to_owned(),
+            })
+    }
+}
+
+/// A reuse mode given as a number or as text that names no mode
+/// ([`ReuseMode::from_number`], [`str::parse`]).
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error(
+    "invalid reuse mode {value:?}: valid values are 0, 1, 2 or 3 (or CLOSE, ERASE_RECORD_STREAM, AVOID_RECORD_STREAM, ERASE_RECORD_STREAM_WITH_OPTIMIZE)"
+)]
+pub struct ParseReuseModeError {
+    /// The number or text given.
+    pub value: String,
+}
+
 /// A malformed `MULTI_STREAM_MEMORY_REUSE` value.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 #[error(
@@ -77,7 +136,9 @@ pub struct ReuseModeError {
     pub value: String,
 }
 
-/// Parses a `MULTI_STREAM_MEMORY_REUSE` value: exactly one of `0`..`3` after trimming
+/// Parses a `MULTI_STREAM_MEMORY_REUSE` value (its errors name the variable; for a mode
+/// that does not come from the environment use [`ReuseMode::from_number`] or
+/// [`str::parse`]): exactly one of `0`..`3` after trimming
 /// surrounding whitespace. Everything else (empty, `abc`, `1x`, `-1`, `4`, `+2`, `02`,
 /// `2.0`, non-ASCII digits) is an error — torch_npu's `strtol` silently turns some of
 /// these into a mode; memreuse refuses them.
@@ -126,6 +187,41 @@ mod tests {
             parse_reuse_mode("3"),
             Ok(ReuseMode::EraseRecordStreamWithOptimize)
         );
+    }
+
+    #[test]
+    fn from_number_maps_0_to_3_and_refuses_the_rest() {
+        for mode in ReuseMode::ALL {
+            assert_eq!(ReuseMode::from_number(mode.as_number()), Ok(mode));
+        }
+        for bad in [4u8, 9, 255] {
+            let err = ReuseMode::from_number(bad).expect_err("out of range");
+            assert_eq!(err.value, bad.to_string());
+            let msg = err.to_string();
+            assert!(msg.contains("0, 1, 2 or 3"), "{msg}");
+            assert!(!msg.contains(MULTI_STREAM_MEMORY_REUSE), "{msg}");
+        }
+    }
+
+    #[test]
+    fn from_str_takes_digits_and_torch_names_with_its_own_error() {
+        for mode in ReuseMode::ALL {
+            assert_eq!(mode.to_string().parse::<ReuseMode>(), Ok(mode));
+            assert_eq!(
+                format!(" {}\n", mode.torch_name()).parse::<ReuseMode>(),
+                Ok(mode)
+            );
+        }
+        for bad in [
+            "", "abc", "1x", "-1", "4", "+2", "02", "\u{0662}", "close", "2.0",
+        ] {
+            let err = bad.parse::<ReuseMode>().expect_err(bad);
+            assert_eq!(err.value, bad);
+            let msg = err.to_string();
+            assert!(msg.contains(&format!("{bad:?}")), "{msg}");
+            assert!(msg.contains("0, 1, 2 or 3"), "{msg}");
+            assert!(!msg.contains(MULTI_STREAM_MEMORY_REUSE), "{msg}");
+        }
     }
 
     #[test]
