@@ -1,9 +1,100 @@
 //! memreuse: a stream-aware caching allocator and the multi-stream reuse policies that
 //! keep collective communication memory-safe, written once against small backend traits.
 //!
-//! This facade re-exports [`memreuse_core`] and links the backends chosen by cargo
-//! features (`mock`, on by default). [`open_backend`] and [`open_backend_from_env`] pick
-//! one by name at run time.
+//! This facade re-exports [`memreuse_core`] (so `memreuse::{ProcessGroup, ReuseMode,
+//! ReduceOp, DType, CachingAllocator, ...}` are all here) and links the backends chosen by
+//! cargo features (`mock`, on by default; `cuda`; `ascend`). [`open_backend`] opens one
+//! device by name, [`open_world`] all ranks of a world in this process, and
+//! [`open_backend_from_env`] the device `MEMREUSE_BACKEND` names. The repository's README
+//! ("Use it as a library") walks through a whole program; `docs/design.md` explains the
+//! allocator's rules and the reuse modes.
+//!
+//! # Opening a backend by name
+//!
+//! ```
+//! use memreuse::{Backend, BackendOptions, OpenError, open_backend};
+//!
+//! let options = BackendOptions { memory_capacity: Some(64 << 20), ..BackendOptions::default() };
+//! let device = open_backend("mock", &options)?;
+//! assert_eq!(device.memory_info()?.total, 64 << 20);
+//!
+//! // A backend memreuse knows but this build does not link names its cargo feature.
+//! # #[cfg(not(feature = "ascend"))]
+//! match open_backend("ascend", &options) {
+//!     Err(OpenError::NotCompiled { feature, .. }) => assert_eq!(feature, "ascend"),
+//!     _ => unreachable!(),
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The allocator and a two-rank process group, in every mode
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use memreuse::{
+//!     AllocatorConfig, Backend, BackendOptions, CachingAllocator, CommBuffer, DType,
+//!     ProcessGroup, ReduceOp, ReuseMode, WorldOptions, open_world,
+//! };
+//!
+//! let options = WorldOptions {
+//!     world_size: 2,
+//!     backend: BackendOptions::default(),
+//!     timeout: Duration::from_secs(30),
+//! };
+//! for mode in ReuseMode::ALL {
+//!     let ranks = open_world("mock", &options)?;
+//!     std::thread::scope(|scope| {
+//!         for endpoint in ranks {
+//!             scope.spawn(move || {
+//!                 let device = endpoint.backend;
+//!                 let allocator =
+//!                     CachingAllocator::new(Arc::new(device.clone()), AllocatorConfig::default());
+//!                 let pg = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator)
+//!                     .mode(mode)
+//!                     .build()
+//!                     .unwrap();
+//!                 let current = device.default_stream();
+//!                 let t = allocator.allocate(8 * 4, &current).unwrap();
+//!                 let bytes: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
+//!                 device.copy_host_to_device(t.ptr(), &bytes, &current).unwrap();
+//!                 // Reduce only the first 4 of the 8 elements.
+//!                 let first_half = CommBuffer::new(&t, DType::F32).with_count(4);
+//!                 let work = pg.all_reduce(first_half, ReduceOp::Sum, &current, true).unwrap();
+//!                 work.wait(&current).unwrap();
+//!                 let mut out = vec![0u8; 32];
+//!                 device.copy_device_to_host(&mut out, t.ptr(), &current).unwrap();
+//!                 let values: Vec<f32> = out
+//!                     .chunks_exact(4)
+//!                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+//!                     .collect();
+//!                 assert_eq!(values, [0.0, 2.0, 4.0, 6.0, 4.0, 5.0, 6.0, 7.0], "mode {mode}");
+//!             });
+//!         }
+//!     });
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Observability
+//!
+//! [`observe`] holds the entry points: memory-viewer snapshots and OOM snapshots, timelines,
+//! Prometheus metrics, early warning.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use memreuse::observe::{DeviceMetrics, MetricsReport, ViewerSnapshot, render_metrics};
+//! use memreuse::{AllocatorConfig, Backend, BackendOptions, CachingAllocator, open_backend};
+//!
+//! let device = open_backend("mock", &BackendOptions::default())?;
+//! let allocator = CachingAllocator::new(Arc::new(device.clone()), AllocatorConfig::default());
+//! let _t = allocator.allocate(1 << 20, &device.default_stream())?;
+//! let snapshot = ViewerSnapshot::from_snapshot(0, &allocator.snapshot())?;
+//! assert!(snapshot.to_json()?.contains("segments"));
+//! let report = MetricsReport { devices: vec![DeviceMetrics::collect(&allocator)], groups: vec![] };
+//! assert!(render_metrics(&report).contains("memreuse_allocated_bytes"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub use memreuse_core::*;
 
@@ -35,23 +126,48 @@ pub const KNOWN_BACKENDS: &[(&str, &str)] =
 /// available.
 pub fn open_backend(name: &str, options: &BackendOptions) -> Result<AnyBackend, OpenError> {
     if find_backend(name).is_none() {
-        let available: Vec<String> = registered_backends()
-            .iter()
-            .map(|r| r.name.to_owned())
-            .collect();
-        if let Some((_, feature)) = KNOWN_BACKENDS.iter().find(|(n, _)| *n == name) {
-            return Err(OpenError::NotCompiled {
-                name: name.to_owned(),
-                feature: (*feature).to_owned(),
-                available,
-            });
-        }
-        return Err(OpenError::Unknown {
-            name: name.to_owned(),
-            available,
-        });
+        return Err(not_linked(name));
     }
     memreuse_core::open_backend(name, options)
+}
+
+/// Opens `options.world_size` ranks of the backend called `name` inside this process, one
+/// device each (rank `r` on device `r`), with one world communicator: the single-process
+/// multi-device job, and what the conformance runner replays schedules on.
+///
+/// Unknown and not-compiled names are errors as in [`open_backend`]; too few devices is
+/// [`OpenError::Backend`] with [`BackendError::Unavailable`].
+pub fn open_world(name: &str, options: &WorldOptions) -> Result<Vec<RankEndpoint>, OpenError> {
+    match find_world(name) {
+        Some(registration) => Ok((registration.open_world)(options)?),
+        None if find_backend(name).is_some() => {
+            Err(OpenError::Backend(BackendError::Unavailable {
+                backend: name.to_owned(),
+                reason: "this backend opens single devices only (no world registration)".to_owned(),
+            }))
+        }
+        None => Err(not_linked(name)),
+    }
+}
+
+/// The error for a name no linked backend has: [`OpenError::NotCompiled`] for a backend
+/// memreuse knows (naming its cargo feature), else [`OpenError::Unknown`].
+fn not_linked(name: &str) -> OpenError {
+    let available: Vec<String> = registered_backends()
+        .iter()
+        .map(|r| r.name.to_owned())
+        .collect();
+    match KNOWN_BACKENDS.iter().find(|(n, _)| *n == name) {
+        Some((_, feature)) => OpenError::NotCompiled {
+            name: name.to_owned(),
+            feature: (*feature).to_owned(),
+            available,
+        },
+        None => OpenError::Unknown {
+            name: name.to_owned(),
+            available,
+        },
+    }
 }
 
 /// The backend name from `MEMREUSE_BACKEND` (trimmed), or [`DEFAULT_BACKEND`] when unset.

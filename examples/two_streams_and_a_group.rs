@@ -1,0 +1,88 @@
+//! The program of README's "Use it as a library", verbatim between this header and the
+//! test module at the end (`tests/readme_example.rs` checks that they are equal; `cargo
+//! test` runs the test below). Written from the README alone:
+//! `cargo run --example two_streams_and_a_group`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use memreuse::{
+    AllocatorConfig, Backend, BackendOptions, CachingAllocator, ProcessGroup, RankEndpoint,
+    ReduceOp, ReuseMode, WorldOptions,
+};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> Result<(), Error> {
+    // Two ranks of the mock device in this process ("cuda" or "ascend" with their
+    // cargo features: one GPU/NPU per rank).
+    let options = WorldOptions {
+        world_size: 2,
+        backend: BackendOptions::default(),
+        timeout: Duration::from_secs(30),
+    };
+    let ranks = memreuse::open_world("mock", &options)?;
+    let results = std::thread::scope(|scope| {
+        let threads: Vec<_> = ranks
+            .into_iter()
+            .map(|endpoint| scope.spawn(move || rank_main(endpoint)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("rank thread"))
+            .collect::<Result<Vec<Vec<f32>>, Error>>()
+    })?;
+    // Rank 0 contributed 1.0, rank 1 contributed 2.0: every element is their sum.
+    assert_eq!(results, [vec![3.0; 4], vec![3.0; 4]]);
+    Ok(())
+}
+
+fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f32>, Error> {
+    let device = endpoint.backend;
+    let allocator = CachingAllocator::new(Arc::new(device.clone()), AllocatorConfig::default());
+    let compute = device.default_stream();
+    let side = device.create_stream()?;
+    let pg = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator)
+        .mode(ReuseMode::from_number(2)?) // or "2".parse()?; unset: MULTI_STREAM_MEMORY_REUSE
+        .build()?;
+
+    // Four f32 produced on the side stream (its pool serves this block)...
+    let t = allocator.allocate(4 * 4, &side)?;
+    let value = (endpoint.rank + 1) as f32;
+    let bytes: Vec<u8> = [value; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    device.copy_host_to_device(t.ptr(), &bytes, &side)?;
+    // ...and used on the compute stream: order compute after side, and tell the allocator,
+    // so that freeing `t` waits for compute's work too.
+    let produced = device.create_event()?;
+    device.record_event(&produced, &side)?;
+    device.stream_wait_event(&compute, &produced)?;
+    allocator.record_stream(&t, &compute);
+
+    // Asynchronous all_reduce: the group's comm stream waits for compute first; wait()
+    // makes compute wait for the collective, then mode 2 releases the work's shelf.
+    let work = pg.all_reduce(&t, ReduceOp::Sum, &compute, true)?;
+    work.wait(&compute)?;
+
+    let mut out = vec![0u8; 16];
+    device.copy_device_to_host(&mut out, t.ptr(), &compute)?;
+    let stats = allocator.stats();
+    println!(
+        "rank {}: reserved {} B, record_stream calls {}, works {}",
+        endpoint.rank,
+        stats.reserved_bytes.current,
+        stats.record_stream_calls,
+        pg.stats().works_issued
+    );
+    Ok(out
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_readme_program_runs_and_reduces_on_both_ranks() {
+        super::main().expect("the README program");
+    }
+}
