@@ -1,4 +1,4 @@
-//! The command line of `memreuse-conformance` (SCHEDULES.md §3). `validate`, `generate` and
+//! The command line of `memreuse-conformance` (docs/report-format.md). `validate`, `generate` and
 //! `list` are implemented here; `run` (also what no subcommand means) is in `runner`.
 
 use std::ffi::OsString;
@@ -44,7 +44,7 @@ pub enum Command {
     List,
 }
 
-/// Arguments of `run` (SCHEDULES.md §3).
+/// Arguments of `run` (docs/report-format.md).
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
     /// Backend: `mock`, `cuda`, `ascend`, ... or `all` (default: all available).

@@ -1,5 +1,5 @@
 //! The public example schedules reproduce the digests and live peaks computed by an
-//! independent implementation (shared/examples/README.md).
+//! independent implementation (docs/schedules.md, "Digest and live peak").
 // Exact f32 equality is the point: reference results are bit-exact by construction.
 #![allow(clippy::float_cmp)]
 
@@ -24,22 +24,6 @@ fn e1_copy_in_tests_data_reproduces_digest_and_live_peak() {
 fn e2_copy_in_tests_data_reproduces_digest_and_live_peak() {
     let text = include_str!("data/e2-p2p-batch.json");
     expect("e2-p2p-batch.json", text, "7698544667991271", 2048);
-}
-
-/// The originals in shared/ (beside the repository in CI); skipped where absent.
-#[test]
-fn shared_examples_reproduce_digest_and_live_peak() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/examples/");
-    for (name, digest, peak) in [
-        ("e1-ddp-buckets.json", "9d15e2948ee6df12", 20480),
-        ("e2-p2p-batch.json", "7698544667991271", 2048),
-    ] {
-        let path = format!("{dir}{name}");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => expect(&path, &text, digest, peak),
-            Err(e) => eprintln!("skipping {path}: {e}"),
-        }
-    }
 }
 
 #[test]

@@ -74,7 +74,7 @@ impl fmt::Display for AllocationId {
 }
 
 /// Identity of one process-group work (one issued collective or batch), unique in the
-/// process. Stream uses recorded on behalf of a work are erased per work (DESIGN.md §3 rule 4).
+/// process. Stream uses recorded on behalf of a work are erased per work (docs/design.md §3 rule 4).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct WorkId(pub u64);
 

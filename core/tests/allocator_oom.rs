@@ -1,4 +1,4 @@
-//! DESIGN.md §3 rule 6 / brief rule 7: the malloc chain, callbacks, observers and the
+//! docs/design.md §3 rule 6: the malloc chain, callbacks, observers and the
 //! out-of-memory error.
 
 mod common;

@@ -1,4 +1,4 @@
-//! DESIGN.md §3 rules 1-6, one test (or a few) per rule, on the manual backend.
+//! docs/design.md §3 rules 1-6, one test (or a few) per rule, on the manual backend.
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Layer 1: the C declarations of the ACL runtime and HCCL, exactly as
-//! `shared/reference/ascend-abi.md` gives them (read from `acl_rt.h`, `acl_base.h`,
+//! the CANN headers declare them (read from `acl_rt.h`, `acl_base.h`,
 //! `rt_error_codes.h`, `hccl.h`, `hccl_types.h`; `aclInit` / `aclFinalize` confirmed against
 //! `third_party/acl/inc/acl/acl.h` of Ascend/pytorch).
 //!

@@ -1,6 +1,6 @@
 //! memreuse-mock: a strict simulated device for memreuse.
 //!
-//! What CI runs, so it is strict rather than permissive (DESIGN.md §5):
+//! What CI runs, so it is strict rather than permissive (`docs/design.md` §5):
 //! - **Memory**: real host memory with a capacity ([`MockConfig::capacity`]); raw
 //!   allocations beyond it fail with `OutOfMemory`; every op checks that its ranges lie in
 //!   one live raw allocation (`InvalidArgument` otherwise). Addresses come from a fake

@@ -1,5 +1,5 @@
 //! Schedule generators: realistic training-step presets and adversarial ones
-//! (DESIGN.md §7). Every preset's output validates for its default options and for any
+//! (docs/design.md §7). Every preset's output validates for its default options and for any
 //! option values it accepts (it returns [`GenError`] for the others), and keeps values
 //! within the exactness bound by re-uploading fresh data every iteration, so nothing
 //! accumulates across iterations.

@@ -1,6 +1,6 @@
 //! The execution loop shared by the deadlock check and the reference results: every rank
 //! runs its ops in program order and blocks at each communication op until all its
-//! participants have reached it (the strictest execution of SCHEDULES.md). Data moves at
+//! participants have reached it (the strictest execution of docs/schedules.md). Data moves at
 //! the moment both sides of a send/recv have arrived, so a recv sees the sender's tensor as
 //! it was at the send; a collective takes effect once all members have arrived.
 

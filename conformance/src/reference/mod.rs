@@ -1,5 +1,5 @@
 //! The reference interpreter: the exact expected results of a valid schedule, computed on
-//! the host in program order (SCHEDULES.md §1 "Semantics"), with the report's `digest` and
+//! the host in program order (docs/schedules.md "Rules"), with the report's `digest` and
 //! `live_peak_bytes` (§2).
 
 mod collective;

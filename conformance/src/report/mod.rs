@@ -1,4 +1,4 @@
-//! Reports: the JSON report (`memreuse.report/1`, SCHEDULES.md §2), the terminal
+//! Reports: the JSON report (`memreuse.report/1`, docs/report-format.md), the terminal
 //! comparison table, and the HTML page with SVG plots of memory over time.
 
 mod html;

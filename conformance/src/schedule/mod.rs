@@ -1,4 +1,4 @@
-//! The schedule model of `memreuse.schedule/1` (SCHEDULES.md §1), its parser, and the
+//! The schedule model of `memreuse.schedule/1` (docs/schedules.md), its parser, and the
 //! per-rank view of a schedule's program order that every consumer (validator, reference
 //! interpreter, replay engine) iterates.
 

@@ -1,4 +1,4 @@
-//! The ops of `memreuse.schedule/1` (SCHEDULES.md §1 "Ops").
+//! The ops of `memreuse.schedule/1` (docs/schedules.md "Ops").
 //!
 //! [`OpKind`] is the serde model of one op object without its `ranks` field; [`Op`] adds
 //! `ranks`, which every op may carry. They are split because serde's `flatten` cannot be

@@ -1,5 +1,5 @@
 //! Per-rank program-order checks: tensor liveness, element initialisation, works, sizes of
-//! local and collective ops, and the static race rules of SCHEDULES.md "Races by
+//! local and collective ops, and the static race rules of docs/schedules.md "Races by
 //! construction".
 //!
 //! Race model (conservative where the format is silent, so that what passes is safe on any

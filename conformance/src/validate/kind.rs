@@ -1,4 +1,4 @@
-//! The reasons a parsed schedule is invalid (SCHEDULES.md "Validation").
+//! The reasons a parsed schedule is invalid (docs/schedules.md "Validation").
 
 /// Why a schedule is invalid. Names are the schedule's own (tensor, work, group, stream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]

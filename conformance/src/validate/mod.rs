@@ -1,4 +1,4 @@
-//! The validator: every check of SCHEDULES.md "Validation", run before anything executes.
+//! The validator: every check of docs/schedules.md "Validation", run before anything executes.
 //!
 //! Stages, each collecting every error it finds (deduplicated across iterations, capped at
 //! [`MAX_ERRORS`]):

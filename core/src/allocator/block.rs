@@ -2,7 +2,7 @@
 //!
 //! A block lives in a slot of a `Vec`; a slot carries a generation that changes whenever the
 //! block in it stops being the one a handle was given for, so a stale [`BlockRef`] is
-//! detected instead of acting on a reused slot (DESIGN.md §3 rule 5).
+//! detected instead of acting on a reused slot (docs/design.md §3 rule 5).
 //!
 //! # When the generation changes
 //! The generation of a slot is bumped exactly when:
@@ -23,7 +23,7 @@ use crate::ids::{StreamId, WorkId};
 
 use super::sizes::PoolKind;
 
-/// A generation-checked reference to an allocator block (DESIGN.md §3 rule 5).
+/// A generation-checked reference to an allocator block (docs/design.md §3 rule 5).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct BlockRef {
     /// Slot index in the allocator's block slab.

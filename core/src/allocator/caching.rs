@@ -30,7 +30,7 @@ pub type FreeMemoryCallback = dyn Fn() -> bool + Send + Sync;
 /// An out-of-memory observer.
 pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
 
-/// The stream-aware caching allocator of one device (DESIGN.md §3). Share it as an `Arc`.
+/// The stream-aware caching allocator of one device (docs/design.md §3). Share it as an `Arc`.
 ///
 /// The hot path (a cached allocate or free) takes one `parking_lot` mutex. Free-memory
 /// callbacks and OOM observers run without it.

@@ -1,4 +1,4 @@
-//! The stream-aware caching allocator (DESIGN.md §3), generic over [`crate::Backend`].
+//! The stream-aware caching allocator (docs/design.md §3), generic over [`crate::Backend`].
 //!
 //! PyTorch's `CUDACachingAllocator` is the baseline: per-stream best-fit pools of blocks
 //! carved from device segments, split and merged, with `record_stream` delaying reuse until

@@ -1,4 +1,4 @@
-//! Stream uses: `record_stream` and the per-work erase of DESIGN.md §3 rules 2, 4 and 5.
+//! Stream uses: `record_stream` and the per-work erase of docs/design.md §3 rules 2, 4 and 5.
 
 use crate::backend::Backend;
 use crate::ids::{StreamId, WorkId};

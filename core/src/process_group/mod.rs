@@ -1,7 +1,7 @@
 //! Process groups, works, reuse policies, the TensorShelf and the watchdog.
 //!
 //! A [`ProcessGroup`] owns one communicator and one comm stream and applies one reuse
-//! policy (DESIGN.md §4) to every tensor its communication touches. The policy is chosen
+//! policy (docs/design.md §4) to every tensor its communication touches. The policy is chosen
 //! by [`ProcessGroupBuilder::mode`] or, when unset, by `MULTI_STREAM_MEMORY_REUSE`.
 
 mod buffer;

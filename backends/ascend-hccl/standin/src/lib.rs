@@ -1,5 +1,5 @@
 //! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols of
-//! `shared/reference/ascend-abi.md` with their exact C signatures, backed by the memreuse
+//! the CANN headers (`memreuse_ascend::sys`) with their exact C signatures, backed by the memreuse
 //! mock device, so that CI drives `memreuse-ascend`'s real FFI path without an NPU.
 //!
 //! **Tests and CI only.** The test harness symlinks the built `.so` as `libascendcl.so` and

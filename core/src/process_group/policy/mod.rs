@@ -1,5 +1,5 @@
 //! Reuse policies: one small type per mode behind one trait, so the process group never
-//! branches on the mode (DESIGN.md §4).
+//! branches on the mode (docs/design.md §4).
 //!
 //! Hooks, in the order the process group calls them:
 //! 1. [`ReusePolicy::on_collective_start`] — after the comm stream waited on the current
