@@ -24,13 +24,20 @@ use crate::ids::WorkId;
 ///
 /// Every operation takes the caller's *current* stream explicitly: the comm stream waits
 /// on it before the operation, and `wait()` makes it wait for the work.
+///
+/// Tensors are passed as [`CommBuffer`]s: a `&Storage` is the whole buffer as `f32`
+/// elements; [`CommBuffer::new`] and [`CommBuffer::with_count`] give another element type
+/// or a count. A size that is not a whole number of elements, or a count that does not fit,
+/// is [`PgError::InvalidArgument`] and nothing is issued.
 pub struct ProcessGroup<B: Backend> {
     shared: Arc<PgShared<B>>,
     watchdog: Option<Watchdog>,
     oom_callback: CallbackId,
 }
 
-/// One member of a batched point-to-point exchange.
+/// One member of a batched point-to-point exchange: the whole tensor as `f32` elements
+/// (a size that is not a multiple of 4 bytes fails the whole batch before anything is
+/// issued).
 #[derive(Clone, Copy, Debug)]
 pub enum P2pOp<'a, B: Backend> {
     /// Send the tensor to a group rank.
