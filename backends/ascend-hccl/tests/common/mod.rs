@@ -114,3 +114,24 @@ pub fn configure(devices: u32, capacity: u64, timeout_ms: u64) {
     // SAFETY: plain integers; tests hold `serial()`.
     assert_eq!(unsafe { f(devices, capacity, 0, 0, timeout_ms) }, 0);
 }
+
+/// `memreuse_standin_set_behaviour(bits)`; returns the previous bits.
+pub fn set_behaviour(bits: u32) -> u32 {
+    let f: unsafe extern "C" fn(u32) -> u32 = hook("memreuse_standin_set_behaviour");
+    // SAFETY: plain integer.
+    unsafe { f(bits) }
+}
+
+/// Stream handles the stand-in holds (`memreuse_standin_live_streams`).
+pub fn live_streams() -> u64 {
+    let f: unsafe extern "C" fn() -> u64 = hook("memreuse_standin_live_streams");
+    // SAFETY: no arguments.
+    unsafe { f() }
+}
+
+/// The device of the thread that made the stand-in's last root info.
+pub fn last_root_info_device() -> i32 {
+    let f: unsafe extern "C" fn() -> i32 = hook("memreuse_standin_last_root_info_device");
+    // SAFETY: no arguments.
+    unsafe { f() }
+}
