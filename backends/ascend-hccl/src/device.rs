@@ -10,7 +10,7 @@
 //!   `ACL_ERROR_RT_MEMORY_ALLOCATION` / `ACL_ERROR_RT_DEVICE_OOM` are `OutOfMemory`, so the
 //!   allocator's retry chain runs;
 //! - `ACL_EVENT_SYNC` events from a per-device pool (see [`crate::events`]);
-//! - host copies staged through pooled pinned buffers (see [`crate::staging`]), copies with
+//! - host copies staged through pooled pinned buffers (`staging.rs`), copies with
 //!   `aclrtMemcpyAsync` and `destMax`, zero-fill with `aclrtMemsetAsync`;
 //! - device-to-device copies refuse addresses that are not 64-byte aligned;
 //! - a stream is destroyed only after it was synchronized; when that fails (a hung or

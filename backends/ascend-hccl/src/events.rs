@@ -6,7 +6,7 @@
 //! very events it creates), so none is created without it, as torch_npu's `NPUEvent` does by
 //! default. A SYNC event takes a runtime resource when recorded and a device has 65,536 of
 //! them, so raw events are pooled: dropping an [`AscendEvent`] returns its handle to the
-//! device's pool and [`EventPool::take`] hands it out again, so the number of raw events
+//! device's pool and `create_event` hands it out again, so the number of raw events
 //! stays the largest number alive at once (plus at most [`MAX_IDLE_EVENTS`] idle), and more
 //! than [`MAX_LIVE_EVENTS`] is refused with a typed error instead of blocking in a record.
 //!
@@ -14,7 +14,7 @@
 //! re-recordable and as reporting complete before their first record. With that symbol
 //! absent, events come from `aclrtCreateEventWithFlag` and each record after the first is
 //! preceded by `aclrtResetEvent` on the recording stream. Either way, an event handed out
-//! by [`EventPool::take`] counts as unrecorded until [`AscendEvent`] is recorded: queries
+//! by `create_event` counts as unrecorded until [`AscendEvent`] is recorded: queries
 //! report complete and waits are no-ops without asking the runtime (a pooled handle's old
 //! recording must not leak into the new event).
 //!

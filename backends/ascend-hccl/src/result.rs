@@ -46,7 +46,7 @@ pub const ACL_CODES: &[(i32, &str)] = &[
     (100_001, "ACL_ERROR_UNINITIALIZE"),
     (100_002, "ACL_ERROR_REPEAT_INITIALIZE"),
     (107_000, "ACL_ERROR_RT_PARAM_INVALID"),
-    // Not in ascend-abi.md: rt_error_codes.h's "no current context" (no aclrtSetDevice).
+    // rt_error_codes.h's "no current context" (no aclrtSetDevice).
     (107_002, "ACL_ERROR_RT_CONTEXT_NULL"),
     (107_019, "ACL_ERROR_RT_WAIT_TIMEOUT"),
     (107_020, "ACL_ERROR_RT_TASK_TIMEOUT"),

@@ -1,7 +1,8 @@
-//! Layer 1: the C declarations of the ACL runtime and HCCL, exactly as
-//! `shared/reference/ascend-abi.md` gives them (read from `acl_rt.h`, `acl_base.h`,
-//! `rt_error_codes.h`, `hccl.h`, `hccl_types.h`; `aclInit` / `aclFinalize` confirmed against
-//! `third_party/acl/inc/acl/acl.h` of Ascend/pytorch).
+//! Layer 1: the C declarations of the ACL runtime and HCCL, exactly as CANN's public headers
+//! give them (`acl_rt.h`, `acl_base.h`, `rt_error_codes.h`, `hccl.h`, `hccl_types.h`, as
+//! vendored by Ascend/pytorch and in the newest runtime; `aclInit` / `aclFinalize` from
+//! `acl.h`). Which symbols are required and which optional, and the usage rules the
+//! runtime documents: `backends/ascend-hccl/docs/usage-rules.md`.
 //!
 //! Types are the C types: `aclError` is `int` (`i32`), `size_t` is `usize`, enums are passed
 //! as their C integer values, handles are `void*`. The function-pointer types below are what

@@ -170,9 +170,10 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
 }
 
 /// `HcclCommDestroy`: `HCCL_E_AGAIN` on a busy communicator (the handle stays valid);
-/// otherwise the handle goes and the communicator's operations that have not run yet, on
-/// every member, fail (their streams report `ACL_ERROR_RT_DEVICE_TASK_ABORT`) instead of
-/// waiting: "makes running operations exit".
+/// otherwise the handle goes, and the operations that involve this rank and have not run
+/// yet (its collectives, its sends and receives) fail on every member involved (their
+/// streams report `ACL_ERROR_RT_DEVICE_TASK_ABORT`) instead of waiting: "makes running
+/// operations exit". Point-to-point between other ranks carries on.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
     guard("HcclCommDestroy", hcode::E_INTERNAL, || {
@@ -188,7 +189,14 @@ unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
         }
         let reason = format!("HcclCommDestroy by rank {}", c.rank);
         c.shared.collectives.abort(&reason);
-        c.shared.pairs.abort(&reason);
+        // Only this rank's point-to-point: other pairs of the communicator carry on.
+        for peer in (0..c.shared.devices.len()).filter(|&p| p != c.rank) {
+            for (sender, receiver) in [(c.rank, peer), (peer, c.rank)] {
+                if let Ok(g) = c.shared.pairs.get(sender, receiver) {
+                    g.abort(&reason);
+                }
+            }
+        }
         remove_handle(comm as usize);
         Ok(())
     })

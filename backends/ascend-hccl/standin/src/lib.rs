@@ -1,6 +1,11 @@
-//! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols of
-//! `shared/reference/ascend-abi.md` with their exact C signatures, backed by the memreuse
-//! mock device, so that CI drives `memreuse-ascend`'s real FFI path without an NPU.
+//! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols with
+//! the exact C signatures of CANN's headers, backed by the memreuse mock device, so that CI
+//! drives `memreuse-ascend`'s real FFI path without an NPU. It refuses what the runtime
+//! documents as unsupported (`backends/ascend-hccl/docs/usage-rules.md`) and comes in
+//! install profiles: separate builds for different exported symbols (features `cann80`:
+//! no `HcclGroupStart`/`HcclGroupEnd`/`HcclBarrier`; `cann85`: the group symbols in a
+//! `libhcomm.so` this library links), behaviour bits chosen at run time
+//! (`MEMREUSE_STANDIN_BEHAVIOUR`, `harness.rs`).
 //!
 //! **Tests and CI only.** The test harness symlinks the built `.so` as `libascendcl.so` and
 //! `libhccl.so` in a temporary directory and points `MEMREUSE_ASCEND_LIB_DIR` there; nothing
