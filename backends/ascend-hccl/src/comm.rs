@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use crate::device::{AscendDevice, AscendStream};
 pub use crate::family::Family;
 pub(crate) use crate::family::store_error;
-use crate::group::{Emulated, Queued, deadlock_free_order};
+use crate::group::Emulated;
 use crate::result::{HcclError, hccl_check};
 use crate::sys::{self, HcclRootInfo};
 
@@ -54,10 +54,10 @@ struct Handle {
 
 /// One rank's member of an HCCL communicator.
 pub struct AscendCommunicator {
-    device: AscendDevice,
+    pub(crate) device: AscendDevice,
     raw: usize,
-    rank: usize,
-    size: usize,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
     family: Arc<Family>,
     new_group_calls: Mutex<u64>,
     /// Set by `abort` (never under `handle`'s lock, so it never waits behind a call).
@@ -66,9 +66,9 @@ pub struct AscendCommunicator {
     handle: Mutex<Handle>,
     /// Grouped point-to-point runs ungrouped (no group symbols, or they answered
     /// `HCCL_E_NOT_SUPPORT`).
-    emulate_group: AtomicBool,
+    pub(crate) emulate_group: AtomicBool,
     /// The open emulated group.
-    group: Mutex<Emulated>,
+    pub(crate) group: Mutex<Emulated>,
     /// `HcclBarrier` is absent or answered `HCCL_E_NOT_SUPPORT`.
     barrier_by_all_reduce: AtomicBool,
     /// One f32 of device memory for the barrier fallback (allocated on first use).
@@ -87,11 +87,11 @@ impl std::fmt::Debug for AscendCommunicator {
     }
 }
 
-fn comm_err(e: BackendError) -> CommError {
+pub(crate) fn comm_err(e: BackendError) -> CommError {
     CommError::Backend(e)
 }
 
-fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
+pub(crate) fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
     CommError::InvalidArgument {
         call,
         reason: reason.into(),
@@ -123,7 +123,7 @@ fn hccl_op(op: ReduceOp) -> sys::HcclReduceOp {
     }
 }
 
-fn vptr(p: DevicePtr) -> *mut c_void {
+pub(crate) fn vptr(p: DevicePtr) -> *mut c_void {
     p.addr() as usize as *mut c_void
 }
 
@@ -184,7 +184,7 @@ impl AscendCommunicator {
         self.barrier_by_all_reduce.load(Ordering::Relaxed)
     }
 
-    fn check_aborted(&self) -> Result<(), CommError> {
+    pub(crate) fn check_aborted(&self) -> Result<(), CommError> {
         match &*self.aborted.lock() {
             Some(reason) => Err(CommError::Aborted {
                 reason: reason.clone(),
@@ -195,7 +195,7 @@ impl AscendCommunicator {
 
     /// Runs one HCCL call with the device bound, unless the member was aborted; returns
     /// the raw status.
-    fn call_raw(
+    pub(crate) fn call_raw(
         &self,
         f: impl FnOnce(sys::HcclComm) -> sys::HcclResult,
     ) -> Result<sys::HcclResult, CommError> {
@@ -205,7 +205,7 @@ impl AscendCommunicator {
     }
 
     /// Runs one HCCL call with the device bound, unless the member was aborted.
-    fn call(
+    pub(crate) fn call(
         &self,
         name: &'static str,
         f: impl FnOnce(sys::HcclComm) -> sys::HcclResult,
@@ -214,7 +214,7 @@ impl AscendCommunicator {
         hccl_check(code, name).map_err(comm_err)
     }
 
-    fn dtype(call: &'static str, dtype: DType) -> Result<sys::HcclDataType, CommError> {
+    pub(crate) fn dtype(call: &'static str, dtype: DType) -> Result<sys::HcclDataType, CommError> {
         match hccl_dtype(dtype) {
             -1 => Err(bad(call, format!("{dtype:?} has no HCCL data type here"))),
             t => Ok(t),
@@ -284,21 +284,6 @@ impl AscendCommunicator {
                 stream_raw(stream),
             )
         })
-    }
-
-    /// Issues the queued operations of an emulated group in the deadlock-free order.
-    fn issue_emulated(&self, queued: Vec<Queued>) -> Result<(), CommError> {
-        let ordered = deadlock_free_order(self.rank, queued, |q| (q.send, q.peer));
-        for q in ordered {
-            let api = self.device.api();
-            let (f, names) = if q.send {
-                (api.HcclSend, ("send", "HcclSend"))
-            } else {
-                (api.HcclRecv, ("recv", "HcclRecv"))
-            };
-            self.p2p_now(names, f, q.buf, q.count, q.dtype, q.peer, &q.stream)?;
-        }
-        Ok(())
     }
 }
 
@@ -479,46 +464,11 @@ impl Communicator<AscendDevice> for AscendCommunicator {
     }
 
     fn group_start(&self) -> Result<(), CommError> {
-        self.check_aborted()?;
-        if !self.groups_emulated() {
-            if let Some(f) = self.device.api().HcclGroupStart {
-                // SAFETY: no arguments.
-                match self.call_raw(|_| unsafe { f() })? {
-                    sys::HCCL_SUCCESS => return Ok(()),
-                    // Documented as unsupported on Atlas 910 and 310P parts.
-                    sys::HCCL_E_NOT_SUPPORT => self.emulate_group.store(true, Ordering::Relaxed),
-                    code => return hccl_check(code, "HcclGroupStart").map_err(comm_err),
-                }
-            }
-        }
-        self.group.lock().depth += 1;
-        Ok(())
+        self.open_group()
     }
 
     fn group_end(&self) -> Result<(), CommError> {
-        let emulated_open = self.group.lock().depth > 0;
-        if !emulated_open {
-            let Some(f) = self
-                .device
-                .api()
-                .HcclGroupEnd
-                .filter(|_| !self.groups_emulated())
-            else {
-                return Err(bad("group_end", "no group is open (group_start first)"));
-            };
-            // SAFETY: no arguments.
-            return self.call("HcclGroupEnd", |_| unsafe { f() });
-        }
-        let queued = {
-            let mut g = self.group.lock();
-            g.depth -= 1;
-            if g.depth > 0 {
-                return Ok(());
-            }
-            std::mem::take(&mut g.queued)
-        };
-        self.check_aborted()?;
-        self.issue_emulated(queued)
+        self.close_group()
     }
 
     fn barrier(&self, stream: &AscendStream) -> Result<(), CommError> {
@@ -619,88 +569,6 @@ impl Communicator<AscendDevice> for AscendCommunicator {
     }
 }
 
-impl AscendCommunicator {
-    /// `HcclSend` or `HcclRecv` (one C signature) of `count` elements at `buf` with `peer`;
-    /// `names` is (the trait method, the HCCL symbol) for errors.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the trait method's five arguments plus the call and its names"
-    )]
-    fn p2p(
-        &self,
-        names: (&'static str, &'static str),
-        f: sys::HcclSend,
-        buf: DevicePtr,
-        count: usize,
-        dtype: DType,
-        peer: usize,
-        stream: &AscendStream,
-    ) -> Result<(), CommError> {
-        let (method, _) = names;
-        self.check_peer(method, peer)?;
-        Self::dtype(method, dtype)?;
-        {
-            let mut g = self.group.lock();
-            if g.depth > 0 {
-                self.check_aborted()?;
-                g.queued.push(Queued {
-                    send: method == "send",
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                    stream: stream.clone(),
-                });
-                return Ok(());
-            }
-        }
-        self.p2p_now(names, f, buf, count, dtype, peer, stream)
-    }
-
-    /// Issues one `HcclSend` / `HcclRecv` now.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the trait method's five arguments plus the call and its names"
-    )]
-    fn p2p_now(
-        &self,
-        names: (&'static str, &'static str),
-        f: sys::HcclSend,
-        buf: DevicePtr,
-        count: usize,
-        dtype: DType,
-        peer: usize,
-        stream: &AscendStream,
-    ) -> Result<(), CommError> {
-        let (method, symbol) = names;
-        let t = Self::dtype(method, dtype)?;
-        // SAFETY: as for all_reduce.
-        self.call(symbol, |c| unsafe {
-            f(
-                vptr(buf),
-                count as u64,
-                t,
-                peer as u32,
-                c,
-                stream_raw(stream),
-            )
-        })
-    }
-
-    fn check_peer(&self, call: &'static str, peer: usize) -> Result<(), CommError> {
-        if peer >= self.size || peer == self.rank {
-            return Err(bad(
-                call,
-                format!(
-                    "peer {peer} is not another rank of this {}-rank group",
-                    self.size
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-fn stream_raw(s: &AscendStream) -> sys::aclrtStream {
+pub(crate) fn stream_raw(s: &AscendStream) -> sys::aclrtStream {
     s.raw_handle()
 }
