@@ -183,3 +183,35 @@ fn a_subgroup_root_info_comes_from_its_rank_0() {
     });
     assert_eq!(last_root_info_device(), world[2].0.device_id());
 }
+
+/// Rule 4: `abort` does not wait behind a call in flight: a call stuck inside HCCL on
+/// another thread is made to exit by the abort's `HcclCommDestroy` (the stand-in answers
+/// `HCCL_E_INTERNAL` then; `HCCL_E_TIMEOUT` had the call waited out the joint timeout).
+#[test]
+fn abort_interrupts_a_call_stuck_inside_hccl() {
+    let _g = serial();
+    let world = world(2, Duration::from_secs(10));
+    let (dev, comm) = &world[0];
+    let raw = comm.raw();
+    let stuck: unsafe extern "C" fn(*mut c_void, i32) -> i32 =
+        hook("memreuse_standin_set_stuck_calls");
+    let blocked: unsafe extern "C" fn(*mut c_void) -> i32 = hook("memreuse_standin_blocked_calls");
+    // SAFETY: live comm handle.
+    assert_eq!(unsafe { stuck(raw, 1) }, 0);
+    let result = std::thread::scope(|scope| {
+        let call = scope.spawn(|| {
+            let p = dev.malloc(4).unwrap();
+            comm.all_reduce(p, 1, DType::F32, ReduceOp::Sum, &dev.default_stream())
+        });
+        // SAFETY: live comm handle (destroyed only by the abort below).
+        while unsafe { blocked(raw) } != 1 {
+            std::thread::yield_now();
+        }
+        comm.abort();
+        call.join().unwrap()
+    });
+    match result {
+        Err(CommError::Backend(BackendError::Device { code, .. })) => assert_eq!(code, 4),
+        other => panic!("expected the stuck call to exit with HCCL_E_INTERNAL, got {other:?}"),
+    }
+}

@@ -15,6 +15,8 @@
 //! | `memreuse_standin_set_comm_async_error(comm, code)` | HCCL code | what `HcclGetCommAsyncError` reports |
 //! | `memreuse_standin_calls(name)` | count | how often symbol `name` was called |
 //! | `memreuse_standin_set_comm_busy(comm, n)` | HCCL code | the next `n` `HcclCommDestroy` calls on `comm` answer `HCCL_E_AGAIN` |
+//! | `memreuse_standin_set_stuck_calls(comm, n)` | HCCL code | the next `n` HCCL calls on `comm` block on the host until it is destroyed (a call stuck inside HCCL) |
+//! | `memreuse_standin_blocked_calls(comm)` | count | calls on `comm` blocked right now (negative: an HCCL code) |
 //! | `memreuse_standin_set_behaviour(bits)` | previous bits | behaviour profile (1: async error unsupported, 2: group unsupported, 4: barrier unsupported) |
 //! | `memreuse_standin_last_root_info_device()` | device | the current device of the thread that made the last root info (-1: none) |
 //! | `memreuse_standin_live_streams()` | count | stream handles not destroyed |
@@ -279,4 +281,23 @@ pub(crate) fn behaviour_from_env() -> Option<u32> {
         bits |= bit;
     }
     Some(bits)
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_set_stuck_calls(comm: *mut c_void, n: i32) -> i32 {
+    guard(
+        "memreuse_standin_set_stuck_calls",
+        hcode::E_INTERNAL,
+        || crate::hccl::set_stuck_calls(comm, n),
+    )
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_blocked_calls(comm: *mut c_void) -> i32 {
+    let mut n = 0;
+    let rc = guard("memreuse_standin_blocked_calls", hcode::E_INTERNAL, || {
+        n = crate::hccl::blocked_calls(comm)?;
+        Ok(())
+    });
+    if rc == 0 { n } else { -rc }
 }

@@ -158,7 +158,13 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
             if p.taken == p.n {
                 map.remove(key);
             }
-            return Ok(CommMember { shared, rank });
+            return Ok(CommMember {
+                shared,
+                rank,
+                stuck_calls: AtomicI32::new(0),
+                blocked: AtomicI32::new(0),
+                destroyed: std::sync::atomic::AtomicBool::new(false),
+            });
         }
         if RENDEZVOUS_CV.wait_until(&mut table, deadline).timed_out() {
             if let Some(p) = table.as_mut().and_then(|m| m.get_mut(key)) {
@@ -198,6 +204,9 @@ unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
             }
         }
         remove_handle(comm as usize);
+        c.destroyed.store(true, Ordering::Release);
+        drop(STUCK.lock());
+        UNSTUCK.notify_all();
         Ok(())
     })
 }
@@ -242,7 +251,48 @@ fn reduce(op: i32) -> Result<fn(f32, f32) -> f32, i32> {
 fn prepare(comm: *mut c_void, stream: *mut c_void) -> Result<(Arc<CommMember>, MockStream), i32> {
     let c = comm_of(comm)?;
     let s = stream_of(stream).map_err(|_| hcode::E_PARA)?;
+    block_if_stuck(&c)?;
     Ok((c, s.stream))
+}
+
+static STUCK: Mutex<()> = Mutex::new(());
+static UNSTUCK: Condvar = Condvar::new();
+
+/// Harness: a call stuck inside HCCL waits until `HcclCommDestroy` from another thread
+/// makes it exit (`HCCL_E_INTERNAL`) or the joint timeout passes (`HCCL_E_TIMEOUT`).
+fn block_if_stuck(c: &CommMember) -> Result<(), i32> {
+    let stuck = c
+        .stuck_calls
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n > 0).then(|| n - 1)
+        });
+    if stuck.is_err() {
+        return Ok(());
+    }
+    let deadline = Instant::now() + joint_timeout();
+    let mut guard = STUCK.lock();
+    c.blocked.fetch_add(1, Ordering::AcqRel);
+    let result = loop {
+        if c.destroyed.load(Ordering::Acquire) {
+            break Err(hcode::E_INTERNAL);
+        }
+        if UNSTUCK.wait_until(&mut guard, deadline).timed_out() {
+            break Err(hcode::E_TIMEOUT);
+        }
+    };
+    c.blocked.fetch_sub(1, Ordering::AcqRel);
+    result
+}
+
+/// Harness: the next `n` calls on `comm` get stuck.
+pub(crate) fn set_stuck_calls(comm: *mut c_void, n: i32) -> Result<(), i32> {
+    comm_of(comm)?.stuck_calls.store(n, Ordering::Release);
+    Ok(())
+}
+
+/// Harness: calls on `comm` stuck right now.
+pub(crate) fn blocked_calls(comm: *mut c_void) -> Result<i32, i32> {
+    Ok(comm_of(comm)?.blocked.load(Ordering::Acquire))
 }
 
 fn submit(c: &CommMember, stream: &MockStream, op: JointOp) -> Result<(), i32> {

@@ -171,6 +171,13 @@ struct CommShared {
 struct CommMember {
     shared: Arc<CommShared>,
     rank: usize,
+    /// Harness: this many more HCCL calls on this member block on the host (a call stuck
+    /// inside HCCL) until the member is destroyed or the joint timeout passes.
+    stuck_calls: AtomicI32,
+    /// Calls blocked right now.
+    blocked: AtomicI32,
+    /// `HcclCommDestroy` succeeded on this member.
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 /// A handle table entry.

@@ -20,12 +20,13 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock()
 }
 
-/// The built stand-in: next to this test binary's `deps/` directory (built by
-/// `cargo test --workspace` or `cargo build -p memreuse-ascend-standin`).
+/// The built stand-in: in this test binary's `deps/` directory, where cargo builds it as a
+/// dev-dependency of this crate (the copy one level up is refreshed only when the
+/// stand-in itself is a selected package, so it can be stale), else one level up.
 pub fn standin_so() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
-    for dir in [deps.parent().unwrap_or(deps), deps] {
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
         let p = dir.join(STANDIN_FILE);
         if p.exists() {
             return p;
