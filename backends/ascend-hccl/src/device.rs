@@ -228,9 +228,12 @@ impl AscendDevice {
     /// Bounds every stream synchronize (and the synchronize before a stream is destroyed)
     /// by `timeout` through `aclrtSynchronizeStreamWithTimeout`, so a hung stream becomes a
     /// `Timeout` error (507046); `None` waits without limit. No effect on runtimes without
-    /// that symbol. Values are clamped to `i32::MAX` milliseconds.
+    /// that symbol. Values are clamped to 1..=`i32::MAX` milliseconds.
     pub fn set_sync_timeout(&self, timeout: Option<Duration>) {
-        let ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+        // At least 1 ms: 0 is not "no time at all" in every runtime version.
+        let ms = timeout.map_or(-1, |t| {
+            i32::try_from(t.as_millis()).unwrap_or(i32::MAX).max(1)
+        });
         self.inner.timeout_ms.store(ms, Ordering::Relaxed);
     }
 
