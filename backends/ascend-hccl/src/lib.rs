@@ -5,8 +5,13 @@
 //! | --- | --- | --- |
 //! | sys | [`sys`] | the exact C types, constants and function-pointer types of the ABI |
 //! | loader | [`loader`] | finding the libraries (every path tried is recorded), resolving required and optional symbols |
-//! | result | [`result`] | every status checked; ACL/HCCL codes as typed errors with their names; 207001 is `OutOfMemory` |
-//! | safe | [`AscendDevice`], [`AscendCommunicator`] | RAII streams and events, the `Backend` and `Communicator` implementations |
+//! | result | [`result`] | every status checked; ACL/HCCL codes as typed errors with their names; 207001 / 207018 / `HCCL_E_OOM` are `OutOfMemory` |
+//! | safe | [`AscendDevice`], [`AscendCommunicator`] | RAII streams, pooled SYNC events ([`events`]), pooled pinned staging, the `Backend` and `Communicator` implementations, fallbacks for optional symbols |
+//!
+//! The runtime's usage rules this crate keeps, the symbol table (required or optional, which
+//! CANN versions export each) and the test pinning each rule:
+//! `backends/ascend-hccl/docs/usage-rules.md`. [`finalize`] resets the devices and calls
+//! `aclFinalize` once (also at process exit).
 //!
 //! Registered as backend `ascend`, with an in-process world opener (one thread per rank);
 //! [`launch::open_rank_from_env`] opens one rank per process (torchrun's variables, root
