@@ -1,5 +1,5 @@
 //! Layer 3: [`AscendDevice`], one NPU as a memreuse [`Backend`], with RAII streams and
-//! events.
+//! pooled events.
 //!
 //! As torch_npu does:
 //! - every thread binds the device (`aclrtSetDevice`) before its first ACL call for it
@@ -7,35 +7,49 @@
 //!   per thread);
 //! - raw memory from `aclrtMallocAlign32` when the runtime exports it, else `aclrtMalloc`
 //!   (which rounds to 32 bytes and pads 32 more), policy `ACL_MEM_MALLOC_HUGE_FIRST`;
-//!   `ACL_ERROR_RT_MEMORY_ALLOCATION` is `OutOfMemory`, so the allocator's retry chain runs;
-//! - events with `ACL_EVENT_CAPTURE_STREAM_PROGRESS` (through `aclrtCreateEventExWithFlag`
-//!   when present), queried with `aclrtQueryEventStatus` (COMPLETE = 1);
-//! - host copies staged through page-locked `aclrtMallocHost` memory, copies with
+//!   `ACL_ERROR_RT_MEMORY_ALLOCATION` / `ACL_ERROR_RT_DEVICE_OOM` are `OutOfMemory`, so the
+//!   allocator's retry chain runs;
+//! - `ACL_EVENT_SYNC` events from a per-device pool (see [`crate::events`]);
+//! - host copies staged through pooled pinned buffers (`staging.rs`), copies with
 //!   `aclrtMemcpyAsync` and `destMax`, zero-fill with `aclrtMemsetAsync`;
-//! - device-to-device copies refuse addresses that are not 64-byte aligned.
+//! - device-to-device copies refuse addresses that are not 64-byte aligned;
+//! - a stream is destroyed only after it was synchronized; when that fails (a hung or
+//!   aborted stream) it is destroyed with `aclrtDestroyStreamForce` where the runtime has it;
+//! - with a synchronize timeout set ([`AscendDevice::set_sync_timeout`]) and
+//!   `aclrtSynchronizeStreamWithTimeout` present, a hung stream is a `Timeout` error
+//!   (507046) instead of a host thread blocked for good.
 
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use memreuse_core::{
     AllocationId, Backend, BackendError, DevicePtr, MemoryInfo, RaceReport, StreamId,
 };
 use parking_lot::Mutex;
 
+pub use crate::events::AscendEvent;
+use crate::events::EventPool;
 use crate::loader::Api;
 use crate::result::{BACKEND, acl_check, invalid};
+use crate::staging::{Pinned, PinnedPool};
 use crate::sys;
 
 /// Staged host-to-device bytes kept beyond this are released by synchronizing their stream.
 const MAX_PENDING_STAGING: usize = 64 << 20;
 
 thread_local! {
-    /// `(libraries, device)` this thread last bound with `aclrtSetDevice` (device -1: none).
-    static BOUND: Cell<(usize, i32)> = const { Cell::new((0, -1)) };
+    /// `(libraries, device, generation)` this thread last bound with `aclrtSetDevice`
+    /// (device -1: none).
+    static BOUND: Cell<(usize, i32, usize)> = const { Cell::new((0, -1, 0)) };
 }
 
-/// A stream of an [`AscendDevice`]; destroyed when the last clone drops.
+/// Bumped whenever every thread's binding becomes stale (finalize, stand-in reconfigure).
+static GENERATION: AtomicUsize = AtomicUsize::new(1);
+
+/// A stream of an [`AscendDevice`]; synchronized and destroyed when the last clone drops.
 #[derive(Clone)]
 pub struct AscendStream(Arc<StreamInner>);
 
@@ -43,6 +57,8 @@ struct StreamInner {
     raw: usize,
     device: i32,
     api: &'static Api,
+    /// The owning device's synchronize timeout (shared, so a later change applies).
+    timeout_ms: Arc<AtomicI32>,
 }
 
 impl AscendStream {
@@ -51,14 +67,45 @@ impl AscendStream {
     }
 }
 
+/// `aclrtSynchronizeStreamWithTimeout` when a timeout is set and the runtime has it, else
+/// `aclrtSynchronizeStream`; returns the status and the call's name.
+fn sync_stream_raw(api: &Api, raw: sys::aclrtStream, timeout_ms: i32) -> (i32, &'static str) {
+    match api.aclrtSynchronizeStreamWithTimeout {
+        Some(f) if timeout_ms >= 0 => {
+            // SAFETY: live stream handle, plain integer.
+            (
+                unsafe { f(raw, timeout_ms) },
+                "aclrtSynchronizeStreamWithTimeout",
+            )
+        }
+        // SAFETY: live stream handle.
+        _ => (
+            unsafe { (api.aclrtSynchronizeStream)(raw) },
+            "aclrtSynchronizeStream",
+        ),
+    }
+}
+
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        if bind(self.api, self.device).is_ok() {
+        if bind(self.api, self.device).is_err() {
+            return;
+        }
+        let raw = self.raw as sys::aclrtStream;
+        // aclrtDestroyStream requires the stream's work to be finished.
+        let (synced, _) = sync_stream_raw(self.api, raw, self.timeout_ms.load(Ordering::Relaxed));
+        let (code, call) = match (synced, self.api.aclrtDestroyStreamForce) {
             // SAFETY: `raw` was created by aclrtCreateStream and is destroyed once, here.
-            let code = unsafe { (self.api.aclrtDestroyStream)(self.raw as sys::aclrtStream) };
-            if code != sys::ACL_SUCCESS {
-                tracing::warn!(code, "aclrtDestroyStream failed");
-            }
+            (sys::ACL_SUCCESS, _) | (_, None) => (
+                unsafe { (self.api.aclrtDestroyStream)(raw) },
+                "aclrtDestroyStream",
+            ),
+            // An abort path: the stream is hung or failed; force it.
+            // SAFETY: as above.
+            (_, Some(force)) => (unsafe { force(raw) }, "aclrtDestroyStreamForce"),
+        };
+        if code != sys::ACL_SUCCESS {
+            tracing::warn!(code, synced, call, "destroying a stream failed");
         }
     }
 }
@@ -84,53 +131,34 @@ impl std::fmt::Debug for AscendStream {
     }
 }
 
-/// An event of an [`AscendDevice`]; destroyed on drop.
-pub struct AscendEvent {
-    raw: usize,
-    device: i32,
-    api: &'static Api,
-}
-
-impl std::fmt::Debug for AscendEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AscendEvent({:#x} on npu:{})", self.raw, self.device)
-    }
-}
-
-impl Drop for AscendEvent {
-    fn drop(&mut self) {
-        if bind(self.api, self.device).is_ok() {
-            // SAFETY: `raw` was created by aclrtCreateEvent*WithFlag and is destroyed once.
-            let code = unsafe { (self.api.aclrtDestroyEvent)(self.raw as sys::aclrtEvent) };
-            if code != sys::ACL_SUCCESS {
-                tracing::warn!(code, "aclrtDestroyEvent failed");
-            }
-        }
-    }
-}
-
-/// Page-locked host memory holding bytes an enqueued host-to-device copy still reads.
+/// A pinned buffer holding bytes an enqueued host-to-device copy still reads.
 struct Staging {
-    ptr: usize,
+    buf: Pinned,
     len: usize,
     stream: AscendStream,
 }
 
 /// Binds `device` to the calling thread (`aclrtSetDevice`), once per thread and device.
 pub(crate) fn bind(api: &Api, device: i32) -> Result<(), BackendError> {
-    let key = (std::ptr::from_ref(api) as usize, device);
+    let key = (
+        std::ptr::from_ref(api) as usize,
+        device,
+        GENERATION.load(Ordering::Acquire),
+    );
     if BOUND.with(Cell::get) == key {
         return Ok(());
     }
     // SAFETY: plain integer argument.
     acl_check(unsafe { (api.aclrtSetDevice)(device) }, "aclrtSetDevice", 0)?;
     BOUND.with(|b| b.set(key));
+    crate::note_device_set(api, device);
     Ok(())
 }
 
-/// Forgets which device this thread bound (after the library was reconfigured).
+/// Forgets which device every thread bound (after the library was reconfigured or
+/// finalised): each thread's next call sets its device again.
 pub(crate) fn forget_binding() {
-    BOUND.with(|b| b.set((0, -1)));
+    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// One Ascend NPU. Cheap to clone (shared state).
@@ -142,7 +170,11 @@ pub struct AscendDevice {
 struct DeviceInner {
     api: &'static Api,
     device: i32,
+    /// Milliseconds for `aclrtSynchronizeStreamWithTimeout`; -1: no limit.
+    timeout_ms: Arc<AtomicI32>,
     default: AscendStream,
+    events: Arc<EventPool>,
+    pinned: PinnedPool,
     staging: Mutex<Vec<Staging>>,
 }
 
@@ -163,12 +195,16 @@ impl AscendDevice {
         crate::init(api)?;
         let device =
             i32::try_from(index).map_err(|_| invalid("open", format!("device {index}")))?;
-        let default = create_stream(api, device)?;
+        let timeout_ms = Arc::new(AtomicI32::new(-1));
+        let default = create_stream(api, device, &timeout_ms)?;
         Ok(AscendDevice {
             inner: Arc::new(DeviceInner {
                 api,
                 device,
+                timeout_ms,
                 default,
+                events: EventPool::new(api, device),
+                pinned: PinnedPool::new(api),
                 staging: Mutex::new(Vec::new()),
             }),
         })
@@ -189,6 +225,24 @@ impl AscendDevice {
         bind(self.inner.api, self.inner.device)
     }
 
+    /// Bounds every stream synchronize (and the synchronize before a stream is destroyed)
+    /// by `timeout` through `aclrtSynchronizeStreamWithTimeout`, so a hung stream becomes a
+    /// `Timeout` error (507046); `None` waits without limit. No effect on runtimes without
+    /// that symbol. Values are clamped to 1..=`i32::MAX` milliseconds.
+    pub fn set_sync_timeout(&self, timeout: Option<Duration>) {
+        // At least 1 ms: 0 is not "no time at all" in every runtime version.
+        let ms = timeout.map_or(-1, |t| {
+            i32::try_from(t.as_millis()).unwrap_or(i32::MAX).max(1)
+        });
+        self.inner.timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Raw ACL events of this device created and not destroyed (in use, idle in the pool,
+    /// or settling): bounded by the largest number of events alive at once.
+    pub fn live_events(&self) -> usize {
+        self.inner.events.live()
+    }
+
     fn release_staging(&self, only: Option<&AscendStream>) {
         let mut staging = self.inner.staging.lock();
         let (done, keep): (Vec<_>, Vec<_>) = staging
@@ -197,12 +251,16 @@ impl AscendDevice {
         *staging = keep;
         drop(staging);
         for s in done {
-            free_host(self.inner.api, s.ptr);
+            self.inner.pinned.give(s.buf);
         }
     }
 }
 
-fn create_stream(api: &'static Api, device: i32) -> Result<AscendStream, BackendError> {
+fn create_stream(
+    api: &'static Api,
+    device: i32,
+    timeout_ms: &Arc<AtomicI32>,
+) -> Result<AscendStream, BackendError> {
     bind(api, device)?;
     let mut raw: sys::aclrtStream = std::ptr::null_mut();
     // SAFETY: `raw` is a valid out-pointer.
@@ -212,23 +270,8 @@ fn create_stream(api: &'static Api, device: i32) -> Result<AscendStream, Backend
         raw: raw as usize,
         device,
         api,
+        timeout_ms: Arc::clone(timeout_ms),
     })))
-}
-
-fn malloc_host(api: &Api, len: usize) -> Result<*mut c_void, BackendError> {
-    let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: `p` is a valid out-pointer; `len > 0` (callers skip empty copies).
-    let code = unsafe { (api.aclrtMallocHost)(&raw mut p, len) };
-    acl_check(code, "aclrtMallocHost", len as u64)?;
-    Ok(p)
-}
-
-fn free_host(api: &Api, ptr: usize) {
-    // SAFETY: `ptr` came from aclrtMallocHost and no enqueued copy reads it any more.
-    let code = unsafe { (api.aclrtFreeHost)(ptr as *mut c_void) };
-    if code != sys::ACL_SUCCESS {
-        tracing::warn!(code, "aclrtFreeHost failed");
-    }
 }
 
 fn dptr(p: DevicePtr) -> *mut c_void {
@@ -238,11 +281,11 @@ fn dptr(p: DevicePtr) -> *mut c_void {
 impl Drop for DeviceInner {
     fn drop(&mut self) {
         if bind(self.api, self.device).is_ok() {
-            // SAFETY: no arguments; waits for the device so staging can be freed.
+            // SAFETY: no arguments; waits for the device so staging can be released.
             let _ = unsafe { (self.api.aclrtSynchronizeDevice)() };
         }
         for s in self.staging.get_mut().drain(..) {
-            free_host(self.api, s.ptr);
+            self.pinned.give(s.buf);
         }
     }
 }
@@ -301,7 +344,7 @@ impl Backend for AscendDevice {
     }
 
     fn create_stream(&self) -> Result<AscendStream, BackendError> {
-        create_stream(self.inner.api, self.inner.device)
+        create_stream(self.inner.api, self.inner.device, &self.inner.timeout_ms)
     }
 
     fn stream_id(&self, stream: &AscendStream) -> StreamId {
@@ -309,48 +352,22 @@ impl Backend for AscendDevice {
     }
 
     fn create_event(&self) -> Result<AscendEvent, BackendError> {
-        self.bind()?;
-        let api = self.inner.api;
-        let (f, call) = match api.aclrtCreateEventExWithFlag {
-            Some(f) => (f, "aclrtCreateEventExWithFlag"),
-            None => (api.aclrtCreateEventWithFlag, "aclrtCreateEventWithFlag"),
-        };
-        let mut raw: sys::aclrtEvent = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        let code = unsafe { f(&raw mut raw, sys::ACL_EVENT_CAPTURE_STREAM_PROGRESS) };
-        acl_check(code, call, 0)?;
-        Ok(AscendEvent {
-            raw: raw as usize,
-            device: self.inner.device,
-            api,
-        })
+        self.inner.events.take()
     }
 
     fn record_event(&self, event: &AscendEvent, stream: &AscendStream) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: both handles are live (owned by their RAII wrappers).
-        let code = unsafe {
-            (self.inner.api.aclrtRecordEvent)(event.raw as sys::aclrtEvent, stream.raw_handle())
-        };
-        acl_check(code, "aclrtRecordEvent", 0)
+        event.record(stream.raw_handle())
     }
 
     fn query_event(&self, event: &AscendEvent) -> Result<bool, BackendError> {
         self.bind()?;
-        let mut status = sys::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-        // SAFETY: live handle, valid out-pointer.
-        let code = unsafe {
-            (self.inner.api.aclrtQueryEventStatus)(event.raw as sys::aclrtEvent, &raw mut status)
-        };
-        acl_check(code, "aclrtQueryEventStatus", 0)?;
-        Ok(status == sys::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        event.query()
     }
 
     fn synchronize_event(&self, event: &AscendEvent) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: live handle.
-        let code = unsafe { (self.inner.api.aclrtSynchronizeEvent)(event.raw as sys::aclrtEvent) };
-        acl_check(code, "aclrtSynchronizeEvent", 0)
+        event.synchronize()
     }
 
     fn stream_wait_event(
@@ -359,18 +376,14 @@ impl Backend for AscendDevice {
         event: &AscendEvent,
     ) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: live handles.
-        let code = unsafe {
-            (self.inner.api.aclrtStreamWaitEvent)(stream.raw_handle(), event.raw as sys::aclrtEvent)
-        };
-        acl_check(code, "aclrtStreamWaitEvent", 0)
+        event.wait_on(stream.raw_handle())
     }
 
     fn synchronize_stream(&self, stream: &AscendStream) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: live handle.
-        let code = unsafe { (self.inner.api.aclrtSynchronizeStream)(stream.raw_handle()) };
-        acl_check(code, "aclrtSynchronizeStream", 0)?;
+        let timeout = self.inner.timeout_ms.load(Ordering::Relaxed);
+        let (code, call) = sync_stream_raw(self.inner.api, stream.raw_handle(), timeout);
+        acl_check(code, call, 0)?;
         self.release_staging(Some(stream));
         Ok(())
     }
@@ -410,29 +423,36 @@ impl Backend for AscendDevice {
         }
         self.bind()?;
         let api = self.inner.api;
-        let staging = malloc_host(api, src.len())?;
-        // SAFETY: `staging` is a fresh host allocation of `src.len()` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), staging.cast::<u8>(), src.len()) };
-        // SAFETY: `staging` stays allocated until the stream passed the copy (released only
-        // after synchronizing the stream or device); the device address is checked by the
-        // runtime.
+        let staging = self.inner.pinned.take(src.len())?;
+        // SAFETY: `staging` is a pinned buffer of at least `src.len()` bytes that no
+        // enqueued copy reads (it left the pool).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                staging.as_mut_ptr().cast::<u8>(),
+                src.len(),
+            );
+        };
+        // SAFETY: `staging` stays out of the pool until the stream passed the copy
+        // (returned only after synchronizing the stream or device); the device address is
+        // checked by the runtime.
         let code = unsafe {
             (api.aclrtMemcpyAsync)(
                 dptr(dst),
                 src.len(),
-                staging,
+                staging.as_mut_ptr(),
                 src.len(),
                 sys::ACL_MEMCPY_HOST_TO_DEVICE,
                 stream.raw_handle(),
             )
         };
         if let Err(e) = acl_check(code, "aclrtMemcpyAsync", 0) {
-            free_host(api, staging as usize);
+            self.inner.pinned.give(staging);
             return Err(e);
         }
         let mut pending = self.inner.staging.lock();
         pending.push(Staging {
-            ptr: staging as usize,
+            buf: staging,
             len: src.len(),
             stream: stream.clone(),
         });
@@ -455,12 +475,12 @@ impl Backend for AscendDevice {
         }
         self.bind()?;
         let api = self.inner.api;
-        let staging = malloc_host(api, dst.len())?;
-        // SAFETY: `staging` holds `dst.len()` bytes and is freed only after the stream was
-        // synchronized (or the enqueue failed).
+        let staging = self.inner.pinned.take(dst.len())?;
+        // SAFETY: `staging` holds at least `dst.len()` bytes and returns to the pool only
+        // after the stream was synchronized (or the enqueue failed).
         let code = unsafe {
             (api.aclrtMemcpyAsync)(
-                staging,
+                staging.as_mut_ptr(),
                 dst.len(),
                 dptr(src),
                 dst.len(),
@@ -469,17 +489,31 @@ impl Backend for AscendDevice {
             )
         };
         let result = acl_check(code, "aclrtMemcpyAsync", 0).and_then(|()| {
-            // SAFETY: live stream.
-            let code = unsafe { (api.aclrtSynchronizeStream)(stream.raw_handle()) };
-            acl_check(code, "aclrtSynchronizeStream", 0)
+            let timeout = self.inner.timeout_ms.load(Ordering::Relaxed);
+            let (code, call) = sync_stream_raw(api, stream.raw_handle(), timeout);
+            acl_check(code, call, 0)
         });
         if result.is_ok() {
             // SAFETY: the copy completed (stream synchronized); both ranges hold `dst.len()`.
             unsafe {
-                std::ptr::copy_nonoverlapping(staging.cast::<u8>(), dst.as_mut_ptr(), dst.len());
+                std::ptr::copy_nonoverlapping(
+                    staging.as_mut_ptr().cast::<u8>(),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                );
             };
+            self.inner.pinned.give(staging);
+            // The stream passed every earlier copy too: their staging is free.
+            self.release_staging(Some(stream));
+        } else {
+            // The copy may still be pending on a failed stream: keep the buffer until the
+            // stream is synchronized.
+            self.inner.staging.lock().push(Staging {
+                buf: staging,
+                len: 0,
+                stream: stream.clone(),
+            });
         }
-        free_host(api, staging as usize);
         result
     }
 

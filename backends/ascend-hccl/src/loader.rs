@@ -4,8 +4,15 @@
 //! recorded for the "unavailable" error):
 //! 1. `$MEMREUSE_ASCEND_LIB_DIR` (tests point it at the stand-in; nothing else sets it),
 //! 2. `$ASCEND_HOME_PATH/lib64` (set by CANN's `set_env.sh`),
-//! 3. [`DEFAULT_CANN_LIB_DIR`],
+//! 3. [`CANN_LIB_DIR`] (current installs), then [`DEFAULT_CANN_LIB_DIR`] (older ones),
 //! 4. the system search path (`LD_LIBRARY_PATH`, ld.so cache) by bare file name.
+//!
+//! Required symbols are those every CANN release this backend targets exports; a library
+//! lacking one is refused with [`LoadError::MissingSymbol`]. Optional symbols are `None` when
+//! absent and each has a fallback (the table is in `backends/ascend-hccl/docs/usage-rules.md`).
+//! `HcclGroupStart` / `HcclGroupEnd` are looked up in `libhccl.so` (which on CANN 8.5+ links
+//! `libhcomm.so`, so the lookup reaches it), then in `libhcomm.so` opened from the same
+//! directory, then by bare name, as torch_npu does.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -19,8 +26,12 @@ use crate::sys;
 pub const LIB_DIR_ENV: &str = "MEMREUSE_ASCEND_LIB_DIR";
 /// CANN's install root variable; libraries are under its `lib64`.
 pub const ASCEND_HOME_ENV: &str = "ASCEND_HOME_PATH";
-/// Where CANN's toolkit installs by default.
+/// Where current CANN installs put their libraries.
+pub const CANN_LIB_DIR: &str = "/usr/local/Ascend/cann/lib64";
+/// Where older CANN toolkits install by default.
 pub const DEFAULT_CANN_LIB_DIR: &str = "/usr/local/Ascend/ascend-toolkit/latest/lib64";
+/// The library that exports `HcclGroupStart` / `HcclGroupEnd` from CANN 8.5 on.
+pub const HCOMM_LIB: &str = "libhcomm.so";
 /// The ACL runtime library's file name.
 pub const ACL_LIB: &str = "libascendcl.so";
 /// The HCCL library's file name.
@@ -46,12 +57,52 @@ pub enum LoadError {
         /// The symbol.
         symbol: &'static str,
     },
+    /// `MEMREUSE_ASCEND_DISABLE_SYMBOLS` named a symbol that cannot be disabled.
+    #[error(
+        "{DISABLE_SYMBOLS_ENV} names `{symbol}`, which {why}; only these optional symbols can be disabled: {}",
+        OPTIONAL_SYMBOLS.join(", ")
+    )]
+    CannotDisable {
+        /// The name given.
+        symbol: String,
+        /// "is required" or "is not a symbol this backend binds".
+        why: &'static str,
+    },
 }
 
-/// The two opened libraries, by the short names the symbol table below uses.
+/// The opened libraries, by the short names the symbol table below uses.
 struct Libs {
     acl: Library,
     hccl: Library,
+    /// `libhcomm.so`, opened only when `libhccl.so` lacks the group symbols.
+    hcomm: Option<Library>,
+}
+
+impl Libs {
+    /// Looks `symbol` up in `lib` (`hccl` falls back to `libhcomm.so`); the second value
+    /// names the library it came from.
+    /// A symbol found through `libhccl.so` that `libhcomm.so` defines (same address) is
+    /// named as coming from `libhcomm.so`.
+    fn find<T: Copy>(&self, lib: &str, symbol: &str) -> Option<(T, &'static str)> {
+        if lib == "acl" {
+            return optional(&self.acl, symbol).map(|f| (f, ACL_LIB));
+        }
+        let in_hcomm = self.hcomm.as_ref().and_then(|h| optional::<T>(h, symbol));
+        match optional::<T>(&self.hccl, symbol) {
+            Some(f) => {
+                let defined_by_hcomm = in_hcomm.is_some_and(|h| same_address(&h, &f));
+                Some((
+                    f,
+                    if defined_by_hcomm {
+                        HCOMM_LIB
+                    } else {
+                        HCCL_LIB
+                    },
+                ))
+            }
+            None => in_hcomm.map(|f| (f, HCOMM_LIB)),
+        }
+    }
 }
 
 macro_rules! api {
@@ -66,8 +117,12 @@ macro_rules! api {
             _acl: Library,
             /// The HCCL library.
             _hccl: Library,
+            /// `libhcomm.so`, when it was opened for the group symbols.
+            _hcomm: Option<Library>,
             /// The directory (or `system search path`) the libraries came from.
             pub source: String,
+            /// The library `HcclGroupStart` / `HcclGroupEnd` came from (`None`: absent).
+            pub group_source: Option<&'static str>,
             $(
                 #[doc = concat!("`", stringify!($name), "` (required).")]
                 pub $name: sys::$name,
@@ -78,43 +133,70 @@ macro_rules! api {
             )*
         }
 
+        /// Every required symbol, by name.
+        pub const REQUIRED_SYMBOLS: &[&str] = &[$(stringify!($name)),*];
+        /// Every optional symbol, by name (what `MEMREUSE_ASCEND_DISABLE_SYMBOLS` may name).
+        pub const OPTIONAL_SYMBOLS: &[&str] = &[$(stringify!($oname)),*];
+
         impl Api {
             #[allow(non_snake_case)]
             fn resolve(libs: Libs, source: String, disabled: &[String]) -> Result<Api, LoadError> {
+                check_disabled(disabled)?;
+                let mut sources: Vec<(&'static str, &'static str)> = Vec::new();
                 $(
-                    let $name: sys::$name =
-                        required(&libs.$lib, stringify!($lib), &source, stringify!($name))?;
+                    let $name: sys::$name = match libs.find(stringify!($lib), stringify!($name)) {
+                        Some((f, _)) => f,
+                        None => return Err(missing(stringify!($lib), &source, stringify!($name))),
+                    };
                 )*
                 $(
                     let $oname: Option<sys::$oty> = if disabled.iter().any(|d| d == stringify!($oname)) {
                         None
                     } else {
-                        optional(&libs.$olib, stringify!($oname))
+                        libs.find(stringify!($olib), stringify!($oname)).map(|(f, from)| {
+                            sources.push((stringify!($oname), from));
+                            f
+                        })
                     };
                 )*
-                Ok(Api { _acl: libs.acl, _hccl: libs.hccl, source, $($name,)* $($oname,)* })
+                let mut api = Api {
+                    _acl: libs.acl,
+                    _hccl: libs.hccl,
+                    _hcomm: libs.hcomm,
+                    source,
+                    group_source: None,
+                    $($name,)* $($oname,)*
+                };
+                api.pair_group_symbols(&sources);
+                Ok(api)
             }
         }
     };
 }
 
+// Which CANN versions export each symbol, and each optional symbol's fallback:
+// `backends/ascend-hccl/docs/usage-rules.md`.
 api! {
     required {
         acl::aclInit, acl::aclFinalize, acl::aclrtSetDevice, acl::aclrtResetDevice,
         acl::aclrtGetDeviceCount, acl::aclrtMallocHost, acl::aclrtFreeHost, acl::aclrtMalloc,
         acl::aclrtFree, acl::aclrtGetMemInfo, acl::aclrtCreateStream, acl::aclrtDestroyStream,
         acl::aclrtSynchronizeStream, acl::aclrtSynchronizeDevice, acl::aclrtCreateEventWithFlag,
-        acl::aclrtDestroyEvent, acl::aclrtRecordEvent, acl::aclrtQueryEventStatus,
-        acl::aclrtSynchronizeEvent, acl::aclrtStreamWaitEvent, acl::aclrtMemcpyAsync,
-        acl::aclrtMemsetAsync,
+        acl::aclrtDestroyEvent, acl::aclrtRecordEvent, acl::aclrtResetEvent,
+        acl::aclrtQueryEventStatus, acl::aclrtSynchronizeEvent, acl::aclrtStreamWaitEvent,
+        acl::aclrtMemcpyAsync, acl::aclrtMemsetAsync,
         hccl::HcclGetRootInfo, hccl::HcclCommInitRootInfo, hccl::HcclAllReduce,
         hccl::HcclBroadcast, hccl::HcclReduceScatter, hccl::HcclAllGather, hccl::HcclSend,
-        hccl::HcclRecv, hccl::HcclAlltoAll, hccl::HcclBarrier, hccl::HcclCommDestroy,
-        hccl::HcclGroupStart, hccl::HcclGroupEnd, hccl::HcclGetCommAsyncError,
+        hccl::HcclRecv, hccl::HcclAlltoAll, hccl::HcclCommDestroy, hccl::HcclGetCommAsyncError,
     }
     optional {
         acl::aclrtMallocAlign32: aclrtMalloc,
         acl::aclrtCreateEventExWithFlag: aclrtCreateEventWithFlag,
+        acl::aclrtDestroyStreamForce: aclrtDestroyStreamForce,
+        acl::aclrtSynchronizeStreamWithTimeout: aclrtSynchronizeStreamWithTimeout,
+        hccl::HcclBarrier: HcclBarrier,
+        hccl::HcclGroupStart: HcclGroupStart,
+        hccl::HcclGroupEnd: HcclGroupEnd,
         acl::memreuse_standin_configure: memreuse_standin_configure,
         acl::memreuse_standin_annotate: memreuse_standin_annotate,
         acl::memreuse_standin_set_op_label: memreuse_standin_set_op_label,
@@ -130,23 +212,62 @@ impl fmt::Debug for Api {
 }
 
 impl Api {
+    /// Half a pair of group symbols is no pair (run ungrouped); records where the pair
+    /// came from.
+    fn pair_group_symbols(&mut self, sources: &[(&'static str, &'static str)]) {
+        if self.HcclGroupStart.is_some() && self.HcclGroupEnd.is_some() {
+            self.group_source = sources
+                .iter()
+                .find(|(n, _)| *n == "HcclGroupStart")
+                .map(|(_, from)| *from);
+        } else {
+            self.HcclGroupStart = None;
+            self.HcclGroupEnd = None;
+        }
+    }
+
     /// True when the library is the memreuse stand-in (it exports the harness hooks).
     pub fn is_standin(&self) -> bool {
         self.memreuse_standin_configure.is_some()
     }
 }
 
-fn required<T: Copy>(
-    lib: &Library,
-    library: &'static str,
-    source: &str,
-    symbol: &'static str,
-) -> Result<T, LoadError> {
-    optional(lib, symbol).ok_or_else(|| LoadError::MissingSymbol {
+fn missing(library: &str, source: &str, symbol: &'static str) -> LoadError {
+    LoadError::MissingSymbol {
         library: if library == "acl" { ACL_LIB } else { HCCL_LIB },
         path: source.to_owned(),
         symbol,
-    })
+    }
+}
+
+/// Every name in `disabled` must be an optional symbol: disabling a required one would
+/// silently do nothing, and an unknown name is a typo.
+fn check_disabled(disabled: &[String]) -> Result<(), LoadError> {
+    for d in disabled {
+        if OPTIONAL_SYMBOLS.contains(&d.as_str()) {
+            continue;
+        }
+        let why = if REQUIRED_SYMBOLS.contains(&d.as_str()) {
+            "is required"
+        } else {
+            "is not a symbol this backend binds"
+        };
+        return Err(LoadError::CannotDisable {
+            symbol: d.clone(),
+            why,
+        });
+    }
+    Ok(())
+}
+
+/// True when two function pointers of one `sys` type are the same address.
+fn same_address<T: Copy>(a: &T, b: &T) -> bool {
+    let size = std::mem::size_of::<T>();
+    // SAFETY: both are `size` readable bytes (function pointers, no padding).
+    unsafe {
+        std::slice::from_raw_parts(std::ptr::from_ref(a).cast::<u8>(), size)
+            == std::slice::from_raw_parts(std::ptr::from_ref(b).cast::<u8>(), size)
+    }
 }
 
 fn optional<T: Copy>(lib: &Library, symbol: &str) -> Option<T> {
@@ -168,6 +289,7 @@ pub fn candidate_dirs() -> Vec<Option<PathBuf>> {
     if let Some(h) = std::env::var_os(ASCEND_HOME_ENV).filter(|v| !v.is_empty()) {
         dirs.push(Some(PathBuf::from(h).join("lib64")));
     }
+    dirs.push(Some(PathBuf::from(CANN_LIB_DIR)));
     dirs.push(Some(PathBuf::from(DEFAULT_CANN_LIB_DIR)));
     dirs.push(None);
     dirs
@@ -198,6 +320,8 @@ fn open(dir: Option<&PathBuf>, name: &str, tried: &mut Vec<String>) -> Option<Li
 
 /// Optional symbols named (comma-separated) in this variable are treated as absent, to
 /// force the fallback path (e.g. `aclrtMallocAlign32` on a runtime whose version misbehaves).
+/// Naming a required or unknown symbol is [`LoadError::CannotDisable`]. This is not how a
+/// CANN version's absent symbols are tested: CI builds stand-in variants that lack them.
 pub const DISABLE_SYMBOLS_ENV: &str = "MEMREUSE_ASCEND_DISABLE_SYMBOLS";
 
 /// The optional symbols disabled by [`DISABLE_SYMBOLS_ENV`].
@@ -226,7 +350,16 @@ pub fn load_from(dirs: &[Option<PathBuf>], disabled: &[String]) -> Result<Api, L
             || "system search path".to_owned(),
             |d| d.display().to_string(),
         );
-        return Api::resolve(Libs { acl, hccl }, source, disabled);
+        // CANN 8.5+: the group symbols live in libhcomm.so (which libhccl.so links, so the
+        // lookup through libhccl.so may find them too). Its absence is no error.
+        let mut ignored = Vec::new();
+        let hcomm = open(dir.as_ref(), HCOMM_LIB, &mut ignored).or_else(|| {
+            optional::<sys::HcclGroupStart>(&hccl, "HcclGroupStart")
+                .is_none()
+                .then(|| open(None, HCOMM_LIB, &mut ignored))
+                .flatten()
+        });
+        return Api::resolve(Libs { acl, hccl, hcomm }, source, disabled);
     }
     Err(LoadError::NotFound { tried })
 }

@@ -85,8 +85,12 @@ pub fn open_world_with(
     let devices = (0..n)
         .map(|r| AscendDevice::open(api, r))
         .collect::<Result<Vec<_>, _>>()?;
+    for d in &devices {
+        // A hung stream becomes a Timeout error instead of a blocked rank thread.
+        d.set_sync_timeout(Some(options.timeout));
+    }
     let root = root_info(&devices[0])?;
-    let family = Family::new();
+    let family = Family::with_timeout(options.timeout);
     let comms: Vec<Result<AscendCommunicator, BackendError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()

@@ -3,8 +3,11 @@
 //! As cudarc does, statuses are newtypes ([`AclError`], [`HcclError`]) with a
 //! `.result()`-style check ([`acl_check`], [`hccl_check`]); the backend layer turns them
 //! into [`BackendError`]s naming the call, the code and its symbolic name.
-//! `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001) becomes [`BackendError::OutOfMemory`], so the
-//! caching allocator's retry chain (free cached blocks, retry, then `OutOfMemory`) applies.
+//! `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001), `ACL_ERROR_RT_DEVICE_OOM` (207018) and
+//! `HCCL_E_OOM` (24) become [`BackendError::OutOfMemory`], so the caching allocator's retry
+//! chain (free cached blocks, retry, then `OutOfMemory`) applies; the synchronize and wait
+//! timeouts (507046, 507047, 107019, 107020) and `HCCL_E_TIMEOUT` become
+//! [`BackendError::Timeout`].
 
 use memreuse_core::BackendError;
 
@@ -15,28 +18,55 @@ pub const BACKEND: &str = "ascend";
 
 /// `ACL_ERROR_RT_MEMORY_ALLOCATION`: the device is out of memory.
 pub const ACL_ERROR_RT_MEMORY_ALLOCATION: i32 = 207_001;
+/// `ACL_ERROR_RT_DEVICE_OOM`: the device is out of memory (newer runtimes).
+pub const ACL_ERROR_RT_DEVICE_OOM: i32 = 207_018;
+/// `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT`: `aclrtSynchronizeStreamWithTimeout` timed out.
+pub const ACL_ERROR_RT_STREAM_SYNC_TIMEOUT: i32 = 507_046;
+/// `ACL_ERROR_RT_EVENT_SYNC_TIMEOUT`: an event synchronize timed out.
+pub const ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: i32 = 507_047;
+/// `ACL_ERROR_RT_WAIT_TIMEOUT`.
+pub const ACL_ERROR_RT_WAIT_TIMEOUT: i32 = 107_019;
+/// `ACL_ERROR_RT_TASK_TIMEOUT`.
+pub const ACL_ERROR_RT_TASK_TIMEOUT: i32 = 107_020;
 
-/// The ACL codes of `ascend-abi.md`, with their names.
+/// ACL codes that mean "out of device memory".
+const ACL_OOM: [i32; 2] = [ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_RT_DEVICE_OOM];
+/// ACL codes that mean "timed out".
+const ACL_TIMEOUTS: [i32; 4] = [
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+    ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+    ACL_ERROR_RT_WAIT_TIMEOUT,
+    ACL_ERROR_RT_TASK_TIMEOUT,
+];
+
+/// The ACL codes the backend names (`acl_base.h`, `rt_error_codes.h`).
 pub const ACL_CODES: &[(i32, &str)] = &[
     (0, "ACL_SUCCESS"),
     (100_000, "ACL_ERROR_INVALID_PARAM"),
     (100_001, "ACL_ERROR_UNINITIALIZE"),
     (100_002, "ACL_ERROR_REPEAT_INITIALIZE"),
     (107_000, "ACL_ERROR_RT_PARAM_INVALID"),
-    // Not in ascend-abi.md: rt_error_codes.h's "no current context" (no aclrtSetDevice).
+    // rt_error_codes.h's "no current context" (no aclrtSetDevice).
     (107_002, "ACL_ERROR_RT_CONTEXT_NULL"),
+    (107_019, "ACL_ERROR_RT_WAIT_TIMEOUT"),
+    (107_020, "ACL_ERROR_RT_TASK_TIMEOUT"),
     (107_022, "ACL_ERROR_RT_DEVICE_TASK_ABORT"),
+    (107_023, "ACL_ERROR_RT_STREAM_ABORT"),
     (200_000, "ACL_ERROR_BAD_ALLOC"),
     (200_001, "ACL_ERROR_API_NOT_SUPPORT"),
     (200_002, "ACL_ERROR_INVALID_DEVICE"),
     (207_000, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"),
     (207_001, "ACL_ERROR_RT_MEMORY_ALLOCATION"),
     (207_007, "ACL_ERROR_RT_NO_EVENT_RESOURCE"),
+    (207_018, "ACL_ERROR_RT_DEVICE_OOM"),
     (500_000, "ACL_ERROR_INTERNAL_ERROR"),
     (500_001, "ACL_ERROR_FAILURE"),
     (500_003, "ACL_ERROR_RT_FAILURE"),
     (507_000, "ACL_ERROR_RT_INTERNAL_ERROR"),
+    (507_004, "ACL_ERROR_RT_STREAM_NOT_COMPLETE"),
     (507_006, "ACL_ERROR_RT_EVENT_NOT_COMPLETE"),
+    (507_046, "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT"),
+    (507_047, "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT"),
     (507_053, "ACL_ERROR_RT_DEVICE_MEM_ERROR"),
     (507_054, "ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR"),
     (507_055, "ACL_ERROR_RT_SUSPECT_DEVICE_MEM_ERROR"),
@@ -87,10 +117,18 @@ impl AclError {
             .map_or("ACL_ERROR_UNKNOWN", |(_, n)| n)
     }
 
-    /// The typed backend error for a failure of `call`. 207001 is out of memory
-    /// (`requested` bytes); everything else is a `Device` error with code and name.
+    /// The typed backend error for a failure of `call`. 207001 and 207018 are out of
+    /// memory (`requested` bytes), the synchronize/wait timeouts are `Timeout`; everything
+    /// else is a `Device` error with code and name.
     pub fn into_backend(self, call: &'static str, requested: u64) -> BackendError {
-        if self.0 == ACL_ERROR_RT_MEMORY_ALLOCATION {
+        if ACL_TIMEOUTS.contains(&self.0) {
+            return BackendError::Timeout {
+                backend: BACKEND.to_owned(),
+                what: format!("{call} ({} {})", self.name(), self.0),
+                millis: 0,
+            };
+        }
+        if ACL_OOM.contains(&self.0) {
             return BackendError::OutOfMemory {
                 backend: BACKEND.to_owned(),
                 requested,
@@ -114,6 +152,9 @@ pub struct HcclError(pub sys::HcclResult);
 impl HcclError {
     /// The symbolic name (`HCCL_E_...`).
     pub fn name(self) -> &'static str {
+        if self.0 == sys::HCCL_E_IN_STATUS {
+            return "HCCL_E_IN_STATUS";
+        }
         usize::try_from(self.0)
             .ok()
             .and_then(|i| HCCL_CODES.get(i))
@@ -121,10 +162,17 @@ impl HcclError {
             .unwrap_or("HCCL_E_UNKNOWN")
     }
 
-    /// The typed backend error for a failure of `call`. `HCCL_E_TIMEOUT` is a `Timeout`;
-    /// everything else a `Device` error with code and name.
+    /// The typed backend error for a failure of `call`. `HCCL_E_TIMEOUT` is a `Timeout`,
+    /// `HCCL_E_OOM` is `OutOfMemory`; everything else a `Device` error with code and name.
     pub fn into_backend(self, call: &'static str) -> BackendError {
-        if self.0 == 9 {
+        if self.0 == sys::HCCL_E_OOM {
+            return BackendError::OutOfMemory {
+                backend: BACKEND.to_owned(),
+                requested: 0,
+                detail: format!("{call} returned HCCL_E_OOM (24)"),
+            };
+        }
+        if self.0 == sys::HCCL_E_TIMEOUT {
             return BackendError::Timeout {
                 backend: BACKEND.to_owned(),
                 what: format!("{call} (HCCL_E_TIMEOUT)"),
@@ -177,5 +225,41 @@ pub fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
         backend: BACKEND.to_owned(),
         call,
         reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_acl_oom_codes_and_hccl_oom_are_out_of_memory() {
+        for code in [207_001, 207_018] {
+            let e = AclError(code).into_backend("aclrtMalloc", 64);
+            assert!(e.is_out_of_memory(), "{code}: {e:?}");
+        }
+        assert!(
+            HcclError(24)
+                .into_backend("HcclAllReduce")
+                .is_out_of_memory()
+        );
+        assert_eq!(AclError(207_018).name(), "ACL_ERROR_RT_DEVICE_OOM");
+    }
+
+    #[test]
+    fn timeouts_and_status_codes_are_named() {
+        for (code, name) in [
+            (507_046, "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT"),
+            (507_047, "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT"),
+            (107_019, "ACL_ERROR_RT_WAIT_TIMEOUT"),
+            (107_020, "ACL_ERROR_RT_TASK_TIMEOUT"),
+        ] {
+            assert_eq!(AclError(code).name(), name);
+            let e = AclError(code).into_backend("aclrtSynchronizeStreamWithTimeout", 0);
+            assert!(matches!(e, BackendError::Timeout { .. }), "{code}: {e:?}");
+            assert!(e.to_string().contains(name), "{e}");
+        }
+        assert_eq!(HcclError(1041).name(), "HCCL_E_IN_STATUS");
+        assert_eq!(HcclError(20).name(), "HCCL_E_AGAIN");
     }
 }

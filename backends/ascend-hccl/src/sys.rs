@@ -1,7 +1,8 @@
-//! Layer 1: the C declarations of the ACL runtime and HCCL, exactly as
-//! the CANN headers declare them (read from `acl_rt.h`, `acl_base.h`,
-//! `rt_error_codes.h`, `hccl.h`, `hccl_types.h`; `aclInit` / `aclFinalize` confirmed against
-//! `third_party/acl/inc/acl/acl.h` of Ascend/pytorch).
+//! Layer 1: the C declarations of the ACL runtime and HCCL, exactly as CANN's public headers
+//! give them (`acl_rt.h`, `acl_base.h`, `rt_error_codes.h`, `hccl.h`, `hccl_types.h`, as
+//! vendored by Ascend/pytorch and in the newest runtime; `aclInit` / `aclFinalize` from
+//! `acl.h`). Which symbols are required and which optional, and the usage rules the
+//! runtime documents: `backends/ascend-hccl/docs/usage-rules.md`.
 //!
 //! Types are the C types: `aclError` is `int` (`i32`), `size_t` is `usize`, enums are passed
 //! as their C integer values, handles are `void*`. The function-pointer types below are what
@@ -95,8 +96,12 @@ pub const ACL_EVENT_SYNC: u32 = 0x1;
 pub const ACL_EVENT_CAPTURE_STREAM_PROGRESS: u32 = 0x2;
 /// `ACL_EVENT_TIME_LINE`.
 pub const ACL_EVENT_TIME_LINE: u32 = 0x8;
+/// `ACL_EVENT_DEVICE_USE_ONLY`.
+pub const ACL_EVENT_DEVICE_USE_ONLY: u32 = 0x10;
 /// `ACL_EVENT_EXTERNAL`.
 pub const ACL_EVENT_EXTERNAL: u32 = 0x20;
+/// `ACL_EVENT_IPC`.
+pub const ACL_EVENT_IPC: u32 = 0x40;
 /// `ACL_EVENT_RECORDED_STATUS_NOT_READY`.
 pub const ACL_EVENT_RECORDED_STATUS_NOT_READY: aclrtEventRecordedStatus = 0;
 /// `ACL_EVENT_RECORDED_STATUS_COMPLETE`.
@@ -128,6 +133,16 @@ pub const ACL_MEMCPY_DEVICE_TO_DEVICE: aclrtMemcpyKind = 3;
 
 /// `HCCL_SUCCESS`.
 pub const HCCL_SUCCESS: HcclResult = 0;
+/// `HCCL_E_NOT_SUPPORT`: the part or version does not support the call.
+pub const HCCL_E_NOT_SUPPORT: HcclResult = 5;
+/// `HCCL_E_TIMEOUT`.
+pub const HCCL_E_TIMEOUT: HcclResult = 9;
+/// `HCCL_E_AGAIN`: the communicator is busy (`HcclCommDestroy` on a busy communicator).
+pub const HCCL_E_AGAIN: HcclResult = 20;
+/// `HCCL_E_OOM`: out of device memory.
+pub const HCCL_E_OOM: HcclResult = 24;
+/// `HCCL_E_IN_STATUS` (newest HCCL).
+pub const HCCL_E_IN_STATUS: HcclResult = 1041;
 /// `HCCL_DATA_TYPE_FP32`.
 pub const HCCL_DATA_TYPE_FP32: HcclDataType = 4;
 /// `HCCL_REDUCE_SUM`.
@@ -174,6 +189,13 @@ pub type aclrtCreateStream = unsafe extern "C" fn(stream: *mut aclrtStream) -> a
 pub type aclrtDestroyStream = unsafe extern "C" fn(stream: aclrtStream) -> aclError;
 /// `aclError aclrtSynchronizeStream(aclrtStream stream)`.
 pub type aclrtSynchronizeStream = unsafe extern "C" fn(stream: aclrtStream) -> aclError;
+/// `aclError aclrtDestroyStreamForce(aclrtStream stream)`: destroys a stream whose work
+/// has not finished (abort paths).
+pub type aclrtDestroyStreamForce = aclrtDestroyStream;
+/// `aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)`
+/// (milliseconds; -1 waits without limit). Times out with 507046.
+pub type aclrtSynchronizeStreamWithTimeout =
+    unsafe extern "C" fn(stream: aclrtStream, timeout_ms: i32) -> aclError;
 /// `aclError aclrtSynchronizeDevice(void)`.
 pub type aclrtSynchronizeDevice = unsafe extern "C" fn() -> aclError;
 /// `aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)`; also the type of
@@ -185,6 +207,9 @@ pub type aclrtDestroyEvent = unsafe extern "C" fn(event: aclrtEvent) -> aclError
 /// `aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)`.
 pub type aclrtRecordEvent =
     unsafe extern "C" fn(event: aclrtEvent, stream: aclrtStream) -> aclError;
+/// `aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)`: makes an event from
+/// `aclrtCreateEventWithFlag` recordable again.
+pub type aclrtResetEvent = aclrtRecordEvent;
 /// `aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)`.
 pub type aclrtQueryEventStatus =
     unsafe extern "C" fn(event: aclrtEvent, status: *mut aclrtEventRecordedStatus) -> aclError;

@@ -10,15 +10,15 @@
 use std::alloc::{Layout, alloc, dealloc};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
-use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use memreuse_core::{Backend, DevicePtr};
 use memreuse_mock::MemAccess;
 use parking_lot::Mutex;
 
 use crate::{
-    CURRENT, EventH, Handle, StreamH, acl_code, code, current, device_at, device_count, event_of,
-    guard, insert_handle, remove_handle, stream_of, write_out,
+    CURRENT, Handle, StreamH, acl_code, code, current, device_at, device_count, get_handle, guard,
+    insert_handle, remove_handle, stream_of, write_out,
 };
 
 const HOST_ALIGN: usize = 64;
@@ -183,10 +183,35 @@ unsafe extern "C" fn aclrtCreateStream(stream: *mut *mut c_void) -> i32 {
     })
 }
 
+/// True when every op enqueued on the stream so far has finished.
+fn stream_idle(s: &StreamH) -> Result<bool, i32> {
+    let e = s.device.create_event().map_err(|e| acl_code(&e))?;
+    s.device
+        .record_event(&e, &s.stream)
+        .map_err(|e| acl_code(&e))?;
+    s.device.query_event(&e).map_err(|e| acl_code(&e))
+}
+
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtDestroyStream(stream: *mut c_void) -> i32 {
+    guard("aclrtDestroyStream", code::INTERNAL_ERROR, || {
+        let Some(Handle::Stream(s)) = get_handle(stream as usize) else {
+            return Err(code::RT_PARAM_INVALID);
+        };
+        // The runtime requires the stream's work to be finished (synchronize first, or
+        // aclrtDestroyStreamForce on abort paths); the handle stays valid.
+        if !stream_idle(&s)? {
+            return Err(code::RT_STREAM_NOT_COMPLETE);
+        }
+        remove_handle(stream as usize);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn aclrtDestroyStreamForce(stream: *mut c_void) -> i32 {
     guard(
-        "aclrtDestroyStream",
+        "aclrtDestroyStreamForce",
         code::INTERNAL_ERROR,
         || match remove_handle(stream as usize) {
             Some(Handle::Stream(_)) => Ok(()),
@@ -206,99 +231,41 @@ unsafe extern "C" fn aclrtSynchronizeStream(stream: *mut c_void) -> i32 {
 }
 
 #[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtSynchronizeDevice() -> i32 {
-    guard("aclrtSynchronizeDevice", code::INTERNAL_ERROR, || {
-        let (_, device) = current()?;
-        device.synchronize_device().map_err(|e| acl_code(&e))
-    })
-}
-
-fn create_event(event: *mut *mut c_void, flag: u32) -> Result<(), i32> {
-    const KNOWN: u32 = 0x1 | 0x2 | 0x8 | 0x20;
-    if event.is_null() || flag == 0 || flag & !KNOWN != 0 {
-        return Err(code::INVALID_PARAM);
-    }
-    let (_, device) = current()?;
-    let e = device.create_event().map_err(|e| acl_code(&e))?;
-    let key = insert_handle(Handle::Event(Arc::new(EventH { device, event: e })));
-    // SAFETY: not null (checked), valid for a write (contract).
-    unsafe { event.write(key as *mut c_void) };
-    Ok(())
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtCreateEventWithFlag(event: *mut *mut c_void, flag: u32) -> i32 {
-    guard("aclrtCreateEventWithFlag", code::INTERNAL_ERROR, || {
-        create_event(event, flag)
-    })
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtCreateEventExWithFlag(event: *mut *mut c_void, flag: u32) -> i32 {
-    guard("aclrtCreateEventExWithFlag", code::INTERNAL_ERROR, || {
-        create_event(event, flag)
-    })
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtDestroyEvent(event: *mut c_void) -> i32 {
+unsafe extern "C" fn aclrtSynchronizeStreamWithTimeout(
+    stream: *mut c_void,
+    timeout_ms: i32,
+) -> i32 {
     guard(
-        "aclrtDestroyEvent",
+        "aclrtSynchronizeStreamWithTimeout",
         code::INTERNAL_ERROR,
-        || match remove_handle(event as usize) {
-            Some(Handle::Event(_)) => Ok(()),
-            _ => Err(code::RT_PARAM_INVALID),
+        || {
+            let s = stream_of(stream)?;
+            if timeout_ms > 0 {
+                let deadline = Instant::now() + Duration::from_millis(timeout_ms as u64);
+                let mut pause = Duration::from_micros(100);
+                while !stream_idle(&s)? {
+                    if Instant::now() >= deadline {
+                        return Err(code::RT_STREAM_SYNC_TIMEOUT);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+            } else if timeout_ms < -1 {
+                return Err(code::INVALID_PARAM);
+            }
+            // Done (or no limit): surfaces the stream's error, if any.
+            s.device
+                .synchronize_stream(&s.stream)
+                .map_err(|e| acl_code(&e))
         },
     )
 }
 
 #[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtRecordEvent(event: *mut c_void, stream: *mut c_void) -> i32 {
-    guard("aclrtRecordEvent", code::INTERNAL_ERROR, || {
-        let e = event_of(event)?;
-        let s = stream_of(stream)?;
-        e.device
-            .record_event(&e.event, &s.stream)
-            .map_err(|err| acl_code(&err))
-    })
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtQueryEventStatus(event: *mut c_void, status: *mut i32) -> i32 {
-    guard("aclrtQueryEventStatus", code::INTERNAL_ERROR, || {
-        let e = event_of(event)?;
-        if status.is_null() {
-            return Err(code::INVALID_PARAM);
-        }
-        let done = e
-            .device
-            .query_event(&e.event)
-            .map_err(|err| acl_code(&err))?;
-        // aclrtEventRecordedStatus: NOT_READY = 0, COMPLETE = 1.
-        // SAFETY: not null (checked), valid for a write (contract).
-        unsafe { status.write(i32::from(done)) };
-        Ok(())
-    })
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtSynchronizeEvent(event: *mut c_void) -> i32 {
-    guard("aclrtSynchronizeEvent", code::INTERNAL_ERROR, || {
-        let e = event_of(event)?;
-        e.device
-            .synchronize_event(&e.event)
-            .map_err(|err| acl_code(&err))
-    })
-}
-
-#[unsafe(no_mangle)]
-unsafe extern "C" fn aclrtStreamWaitEvent(stream: *mut c_void, event: *mut c_void) -> i32 {
-    guard("aclrtStreamWaitEvent", code::INTERNAL_ERROR, || {
-        let s = stream_of(stream)?;
-        let e = event_of(event)?;
-        s.device
-            .stream_wait_event(&s.stream, &e.event)
-            .map_err(|err| acl_code(&err))
+unsafe extern "C" fn aclrtSynchronizeDevice() -> i32 {
+    guard("aclrtSynchronizeDevice", code::INTERNAL_ERROR, || {
+        let (_, device) = current()?;
+        device.synchronize_device().map_err(|e| acl_code(&e))
     })
 }
 

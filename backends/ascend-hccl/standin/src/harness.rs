@@ -14,6 +14,17 @@
 //! | `memreuse_standin_inject_collective_failure(comm, k)` | HCCL code | the comm's `k`-th collective fails |
 //! | `memreuse_standin_set_comm_async_error(comm, code)` | HCCL code | what `HcclGetCommAsyncError` reports |
 //! | `memreuse_standin_calls(name)` | count | how often symbol `name` was called |
+//! | `memreuse_standin_set_comm_busy(comm, n)` | HCCL code | the next `n` `HcclCommDestroy` calls on `comm` answer `HCCL_E_AGAIN` |
+//! | `memreuse_standin_set_stuck_calls(comm, n)` | HCCL code | the next `n` HCCL calls on `comm` block on the host until it is destroyed (a call stuck inside HCCL) |
+//! | `memreuse_standin_blocked_calls(comm)` | count | calls on `comm` blocked right now (negative: an HCCL code) |
+//! | `memreuse_standin_set_behaviour(bits)` | previous bits | behaviour profile (1: async error unsupported, 2: group unsupported, 4: barrier unsupported) |
+//! | `memreuse_standin_last_root_info_device()` | device | the current device of the thread that made the last root info (-1: none) |
+//! | `memreuse_standin_live_streams()` | count | stream handles not destroyed |
+//! | `memreuse_standin_profile()` | C string | the build variant: `default`, `cann80` or `cann85` |
+//!
+//! The behaviour profile is also read from `MEMREUSE_STANDIN_BEHAVIOUR` (comma-separated
+//! `async-error-unsupported`, `group-unsupported`, `barrier-unsupported`) whenever the
+//! cluster is (re)configured; an unknown name makes configuration fail.
 //!
 //! Race report lines: `KIND START END` then, for the earlier and the later access,
 //! `STREAM R|W ALLOC`, then a tab, the earlier op, a tab, the later op (KIND is `reuse` or
@@ -56,6 +67,8 @@ unsafe extern "C" fn memreuse_standin_configure(
         if timeout_ms > 0 {
             config.joint_timeout = Duration::from_millis(timeout_ms);
         }
+        let behaviour = behaviour_from_env().ok_or(code::INVALID_PARAM)?;
+        crate::hccl::BEHAVIOUR.store(behaviour, std::sync::atomic::Ordering::Release);
         let state = fresh_state(devices as usize, config).map_err(|_| code::INTERNAL_ERROR)?;
         *STATE.lock() = Some(state);
         Ok(())
@@ -217,4 +230,74 @@ unsafe extern "C" fn memreuse_standin_calls(name: *const c_char) -> u64 {
     // SAFETY: `name` is a NUL-terminated string (caller contract), checked non-null.
     let name = unsafe { CStr::from_ptr(name) };
     std::panic::catch_unwind(|| crate::calls_of(&name.to_string_lossy())).unwrap_or(0)
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_set_comm_busy(comm: *mut c_void, n: i32) -> i32 {
+    guard("memreuse_standin_set_comm_busy", hcode::E_INTERNAL, || {
+        crate::comm_of(comm)?
+            .shared
+            .busy_destroys
+            .store(n, std::sync::atomic::Ordering::Release);
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_set_behaviour(bits: u32) -> u32 {
+    crate::hccl::BEHAVIOUR.swap(bits, std::sync::atomic::Ordering::AcqRel)
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_last_root_info_device() -> i32 {
+    crate::hccl::last_root_device()
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_live_streams() -> u64 {
+    std::panic::catch_unwind(crate::live_streams).unwrap_or(0)
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_profile() -> *const c_char {
+    let name: &CStr = if cfg!(feature = "cann80") {
+        c"cann80"
+    } else if cfg!(feature = "cann85") {
+        c"cann85"
+    } else {
+        c"default"
+    };
+    name.as_ptr()
+}
+
+/// The behaviour bits named in `MEMREUSE_STANDIN_BEHAVIOUR` (`None`: an unknown name).
+pub(crate) fn behaviour_from_env() -> Option<u32> {
+    let value = std::env::var("MEMREUSE_STANDIN_BEHAVIOUR").unwrap_or_default();
+    let mut bits = 0;
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let (_, bit) = crate::hccl::behaviour::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)?;
+        bits |= bit;
+    }
+    Some(bits)
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_set_stuck_calls(comm: *mut c_void, n: i32) -> i32 {
+    guard(
+        "memreuse_standin_set_stuck_calls",
+        hcode::E_INTERNAL,
+        || crate::hccl::set_stuck_calls(comm, n),
+    )
+}
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_blocked_calls(comm: *mut c_void) -> i32 {
+    let mut n = 0;
+    let rc = guard("memreuse_standin_blocked_calls", hcode::E_INTERNAL, || {
+        n = crate::hccl::blocked_calls(comm)?;
+        Ok(())
+    });
+    if rc == 0 { n } else { -rc }
 }

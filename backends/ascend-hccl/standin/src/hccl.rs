@@ -7,6 +7,8 @@
 //! refused), `rootInfo` valid for 4108 bytes.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
+// The CANN 8.0-8.3 variant keeps the group and barrier code but exports none of it.
+#![cfg_attr(feature = "cann80", allow(dead_code))]
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,6 +41,37 @@ struct Pending {
 static RENDEZVOUS: Mutex<Option<HashMap<Vec<u8>, Pending>>> = Mutex::new(None);
 static RENDEZVOUS_CV: Condvar = Condvar::new();
 static ROOT_SEQ: AtomicU64 = AtomicU64::new(1);
+/// The current device of the thread that made the last root info (-1: none yet).
+static LAST_ROOT_DEVICE: AtomicI32 = AtomicI32::new(-1);
+
+/// Behaviour profile bits (chosen at run time: `MEMREUSE_STANDIN_BEHAVIOUR` or the
+/// `memreuse_standin_set_behaviour` hook): answers of a part that lacks a feature.
+pub(crate) mod behaviour {
+    /// `HcclGetCommAsyncError` answers `HCCL_E_NOT_SUPPORT` (Ascend 950).
+    pub const ASYNC_ERROR_UNSUPPORTED: u32 = 1;
+    /// `HcclGroupStart` answers `HCCL_E_NOT_SUPPORT` (Atlas 910, 310P).
+    pub const GROUP_UNSUPPORTED: u32 = 2;
+    /// `HcclBarrier` answers `HCCL_E_NOT_SUPPORT` (Atlas inference parts).
+    pub const BARRIER_UNSUPPORTED: u32 = 4;
+    /// The names the environment variable accepts, with their bits.
+    pub const NAMES: [(&str, u32); 3] = [
+        ("async-error-unsupported", ASYNC_ERROR_UNSUPPORTED),
+        ("group-unsupported", GROUP_UNSUPPORTED),
+        ("barrier-unsupported", BARRIER_UNSUPPORTED),
+    ];
+}
+
+/// The active behaviour bits.
+pub(crate) static BEHAVIOUR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn behaves(bit: u32) -> bool {
+    BEHAVIOUR.load(Ordering::Relaxed) & bit != 0
+}
+
+/// The device of the thread that made the last root info.
+pub(crate) fn last_root_device() -> i32 {
+    LAST_ROOT_DEVICE.load(Ordering::Relaxed)
+}
 
 #[unsafe(no_mangle)]
 unsafe extern "C" fn HcclGetRootInfo(root_info: *mut [u8; ROOT_INFO_BYTES]) -> i32 {
@@ -55,6 +88,8 @@ unsafe extern "C" fn HcclGetRootInfo(root_info: *mut [u8; ROOT_INFO_BYTES]) -> i
         );
         let n = tag.len().min(ROOT_INFO_BYTES);
         bytes[..n].copy_from_slice(&tag.as_bytes()[..n]);
+        let device = current().map_or(-1, |(i, _)| i as i32);
+        LAST_ROOT_DEVICE.store(device, Ordering::Relaxed);
         // SAFETY: not null (checked), valid for a write of 4108 bytes (contract).
         unsafe { root_info.write(bytes) };
         Ok(())
@@ -109,6 +144,7 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
             collectives,
             pairs,
             async_error: AtomicI32::new(0),
+            busy_destroys: AtomicI32::new(0),
         }));
         RENDEZVOUS_CV.notify_all();
     }
@@ -122,7 +158,13 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
             if p.taken == p.n {
                 map.remove(key);
             }
-            return Ok(CommMember { shared, rank });
+            return Ok(CommMember {
+                shared,
+                rank,
+                stuck_calls: AtomicI32::new(0),
+                blocked: AtomicI32::new(0),
+                destroyed: std::sync::atomic::AtomicBool::new(false),
+            });
         }
         if RENDEZVOUS_CV.wait_until(&mut table, deadline).timed_out() {
             if let Some(p) = table.as_mut().and_then(|m| m.get_mut(key)) {
@@ -133,11 +175,38 @@ fn rendezvous(key: &[u8], n: usize, rank: usize, device: MockDevice) -> Result<C
     }
 }
 
+/// `HcclCommDestroy`: `HCCL_E_AGAIN` on a busy communicator (the handle stays valid);
+/// otherwise the handle goes, and the operations that involve this rank and have not run
+/// yet (its collectives, its sends and receives) fail on every member involved (their
+/// streams report `ACL_ERROR_RT_DEVICE_TASK_ABORT`) instead of waiting: "makes running
+/// operations exit". Point-to-point between other ranks carries on.
 #[unsafe(no_mangle)]
 unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
     guard("HcclCommDestroy", hcode::E_INTERNAL, || {
-        comm_of(comm)?;
+        let c = comm_of(comm)?;
+        let busy = c
+            .shared
+            .busy_destroys
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then(|| n - 1)
+            });
+        if busy.is_ok() {
+            return Err(hcode::E_AGAIN);
+        }
+        let reason = format!("HcclCommDestroy by rank {}", c.rank);
+        c.shared.collectives.abort(&reason);
+        // Only this rank's point-to-point: other pairs of the communicator carry on.
+        for peer in (0..c.shared.devices.len()).filter(|&p| p != c.rank) {
+            for (sender, receiver) in [(c.rank, peer), (peer, c.rank)] {
+                if let Ok(g) = c.shared.pairs.get(sender, receiver) {
+                    g.abort(&reason);
+                }
+            }
+        }
         remove_handle(comm as usize);
+        c.destroyed.store(true, Ordering::Release);
+        drop(STUCK.lock());
+        UNSTUCK.notify_all();
         Ok(())
     })
 }
@@ -146,6 +215,9 @@ unsafe extern "C" fn HcclCommDestroy(comm: *mut c_void) -> i32 {
 unsafe extern "C" fn HcclGetCommAsyncError(comm: *mut c_void, async_error: *mut i32) -> i32 {
     guard("HcclGetCommAsyncError", hcode::E_INTERNAL, || {
         let c = comm_of(comm)?;
+        if behaves(behaviour::ASYNC_ERROR_UNSUPPORTED) {
+            return Err(hcode::E_NOT_SUPPORT);
+        }
         let e = c.shared.async_error.load(Ordering::Relaxed);
         // SAFETY: null or valid for a write (contract); null is refused.
         unsafe { write_out(async_error, e, hcode::E_PTR) }
@@ -179,7 +251,48 @@ fn reduce(op: i32) -> Result<fn(f32, f32) -> f32, i32> {
 fn prepare(comm: *mut c_void, stream: *mut c_void) -> Result<(Arc<CommMember>, MockStream), i32> {
     let c = comm_of(comm)?;
     let s = stream_of(stream).map_err(|_| hcode::E_PARA)?;
+    block_if_stuck(&c)?;
     Ok((c, s.stream))
+}
+
+static STUCK: Mutex<()> = Mutex::new(());
+static UNSTUCK: Condvar = Condvar::new();
+
+/// Harness: a call stuck inside HCCL waits until `HcclCommDestroy` from another thread
+/// makes it exit (`HCCL_E_INTERNAL`) or the joint timeout passes (`HCCL_E_TIMEOUT`).
+fn block_if_stuck(c: &CommMember) -> Result<(), i32> {
+    let stuck = c
+        .stuck_calls
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n > 0).then(|| n - 1)
+        });
+    if stuck.is_err() {
+        return Ok(());
+    }
+    let deadline = Instant::now() + joint_timeout();
+    let mut guard = STUCK.lock();
+    c.blocked.fetch_add(1, Ordering::AcqRel);
+    let result = loop {
+        if c.destroyed.load(Ordering::Acquire) {
+            break Err(hcode::E_INTERNAL);
+        }
+        if UNSTUCK.wait_until(&mut guard, deadline).timed_out() {
+            break Err(hcode::E_TIMEOUT);
+        }
+    };
+    c.blocked.fetch_sub(1, Ordering::AcqRel);
+    result
+}
+
+/// Harness: the next `n` calls on `comm` get stuck.
+pub(crate) fn set_stuck_calls(comm: *mut c_void, n: i32) -> Result<(), i32> {
+    comm_of(comm)?.stuck_calls.store(n, Ordering::Release);
+    Ok(())
+}
+
+/// Harness: calls on `comm` stuck right now.
+pub(crate) fn blocked_calls(comm: *mut c_void) -> Result<i32, i32> {
+    Ok(comm_of(comm)?.blocked.load(Ordering::Acquire))
 }
 
 fn submit(c: &CommMember, stream: &MockStream, op: JointOp) -> Result<(), i32> {
@@ -335,10 +448,14 @@ unsafe extern "C" fn HcclBroadcast(
     })
 }
 
-#[unsafe(no_mangle)]
+/// Not exported by the CANN 8.0-8.3 variant (feature `cann80`).
+#[cfg_attr(not(feature = "cann80"), unsafe(no_mangle))]
 unsafe extern "C" fn HcclBarrier(comm: *mut c_void, stream: *mut c_void) -> i32 {
     guard("HcclBarrier", hcode::E_INTERNAL, || {
         let (c, s) = prepare(comm, stream)?;
+        if behaves(behaviour::BARRIER_UNSUPPORTED) {
+            return Err(hcode::E_NOT_SUPPORT);
+        }
         submit(&c, &s, JointOp::new("HcclBarrier"))
     })
 }
@@ -439,16 +556,22 @@ unsafe extern "C" fn HcclRecv(
     })
 }
 
-#[unsafe(no_mangle)]
-unsafe extern "C" fn HcclGroupStart() -> i32 {
+/// Exported by `libhccl.so` in the default variant; by `libhcomm.so` (through
+/// [`group_start_for_hcomm`]) in the CANN 8.5 variant; not at all in the 8.0-8.3 one.
+#[cfg_attr(not(any(feature = "cann80", feature = "cann85")), unsafe(no_mangle))]
+pub(crate) unsafe extern "C" fn HcclGroupStart() -> i32 {
     guard("HcclGroupStart", hcode::E_INTERNAL, || {
+        if behaves(behaviour::GROUP_UNSUPPORTED) {
+            return Err(hcode::E_NOT_SUPPORT);
+        }
         GROUP.with(|g| g.borrow_mut().0 += 1);
         Ok(())
     })
 }
 
-#[unsafe(no_mangle)]
-unsafe extern "C" fn HcclGroupEnd() -> i32 {
+/// See [`HcclGroupStart`].
+#[cfg_attr(not(any(feature = "cann80", feature = "cann85")), unsafe(no_mangle))]
+pub(crate) unsafe extern "C" fn HcclGroupEnd() -> i32 {
     guard("HcclGroupEnd", hcode::E_INTERNAL, || {
         let pending = GROUP.with(|g| {
             let mut g = g.borrow_mut();

@@ -1,6 +1,11 @@
-//! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols of
-//! the CANN headers (`memreuse_ascend::sys`) with their exact C signatures, backed by the memreuse
-//! mock device, so that CI drives `memreuse-ascend`'s real FFI path without an NPU.
+//! memreuse-ascend-standin: one cdylib exporting the ACL runtime **and** HCCL symbols with
+//! the exact C signatures of CANN's headers, backed by the memreuse mock device, so that CI
+//! drives `memreuse-ascend`'s real FFI path without an NPU. It refuses what the runtime
+//! documents as unsupported (`backends/ascend-hccl/docs/usage-rules.md`) and comes in
+//! install profiles: separate builds for different exported symbols (features `cann80`:
+//! no `HcclGroupStart`/`HcclGroupEnd`/`HcclBarrier`; `cann85`: the group symbols in a
+//! `libhcomm.so` this library links), behaviour bits chosen at run time
+//! (`MEMREUSE_STANDIN_BEHAVIOUR`, `harness.rs`).
 //!
 //! **Tests and CI only.** The test harness symlinks the built `.so` as `libascendcl.so` and
 //! `libhccl.so` in a temporary directory and points `MEMREUSE_ASCEND_LIB_DIR` there; nothing
@@ -27,7 +32,11 @@
 //!   allocation annotations and op labels for the race detector, delays, race reports, fault
 //!   injection, per-symbol call counters.
 
+#[cfg(all(feature = "cann80", feature = "cann85"))]
+compile_error!("features `cann80` and `cann85` are different installs: enable one");
+
 mod acl;
+mod events;
 mod harness;
 mod hccl;
 
@@ -52,10 +61,14 @@ mod code {
     pub const INVALID_PARAM: i32 = 100_000;
     pub const RT_PARAM_INVALID: i32 = 107_000;
     pub const RT_CONTEXT_NULL: i32 = 107_002;
+    pub const RT_DEVICE_TASK_ABORT: i32 = 107_022;
+    pub const RT_FEATURE_NOT_SUPPORT: i32 = 207_000;
     pub const INVALID_DEVICE: i32 = 200_002;
     pub const RT_MEMORY_ALLOCATION: i32 = 207_001;
     pub const INTERNAL_ERROR: i32 = 500_000;
     pub const RT_INTERNAL_ERROR: i32 = 507_000;
+    pub const RT_STREAM_NOT_COMPLETE: i32 = 507_004;
+    pub const RT_STREAM_SYNC_TIMEOUT: i32 = 507_046;
 }
 
 /// HCCL result codes the stand-in returns.
@@ -66,6 +79,7 @@ mod hcode {
     pub const E_NOT_SUPPORT: i32 = 5;
     pub const E_TIMEOUT: i32 = 9;
     pub const E_RUNTIME: i32 = 15;
+    pub const E_AGAIN: i32 = 20;
 }
 
 /// The configured cluster.
@@ -132,6 +146,12 @@ struct StreamH {
 struct EventH {
     device: MockDevice,
     event: MockEvent,
+    /// The creation flags (`ACL_EVENT_SYNC` = 1 is what `aclrtStreamWaitEvent` needs).
+    flags: u32,
+    /// Created by `aclrtCreateEventExWithFlag` (re-recordable, complete before a record).
+    ex: bool,
+    /// Recorded since creation or the last `aclrtResetEvent`.
+    recorded: std::sync::atomic::AtomicBool,
 }
 
 /// What a communicator member shares with the others.
@@ -142,12 +162,22 @@ struct CommShared {
     /// in issue order exactly as the mock communicator's send/recv do.
     pairs: PairGroups,
     async_error: AtomicI32,
+    /// `HcclCommDestroy` answers `HCCL_E_AGAIN` this many more times (harness: a busy
+    /// communicator).
+    busy_destroys: AtomicI32,
 }
 
 /// One rank's communicator handle.
 struct CommMember {
     shared: Arc<CommShared>,
     rank: usize,
+    /// Harness: this many more HCCL calls on this member block on the host (a call stuck
+    /// inside HCCL) until the member is destroyed or the joint timeout passes.
+    stuck_calls: AtomicI32,
+    /// Calls blocked right now.
+    blocked: AtomicI32,
+    /// `HcclCommDestroy` succeeded on this member.
+    destroyed: std::sync::atomic::AtomicBool,
 }
 
 /// A handle table entry.
@@ -170,8 +200,16 @@ fn insert_handle(h: Handle) -> usize {
     key
 }
 
-fn get_handle(key: usize) -> Option<Handle> {
+pub(crate) fn get_handle(key: usize) -> Option<Handle> {
     HANDLES.lock().as_ref().and_then(|m| m.get(&key).cloned())
+}
+
+fn live_streams() -> u64 {
+    HANDLES.lock().as_ref().map_or(0, |m| {
+        m.values()
+            .filter(|h| matches!(h, Handle::Stream(_)))
+            .count() as u64
+    })
 }
 
 fn remove_handle(key: usize) -> Option<Handle> {
@@ -198,7 +236,7 @@ fn event_of(raw: *mut std::ffi::c_void) -> Result<Arc<EventH>, i32> {
     }
 }
 
-fn comm_of(raw: *mut std::ffi::c_void) -> Result<Arc<CommMember>, i32> {
+pub(crate) fn comm_of(raw: *mut std::ffi::c_void) -> Result<Arc<CommMember>, i32> {
     if raw.is_null() {
         return Err(hcode::E_PTR);
     }
@@ -213,6 +251,10 @@ fn acl_code(e: &BackendError) -> i32 {
     match e {
         BackendError::OutOfMemory { .. } => code::RT_MEMORY_ALLOCATION,
         BackendError::InvalidArgument { .. } => code::RT_PARAM_INVALID,
+        // Work of a destroyed (aborted) communicator: the runtime's "task abort".
+        BackendError::Device { code_name, .. } if code_name == "MOCK_GROUP_ABORTED" => {
+            code::RT_DEVICE_TASK_ABORT
+        }
         _ => code::RT_INTERNAL_ERROR,
     }
 }
@@ -266,4 +308,41 @@ unsafe fn write_out<T>(out: *mut T, value: T, null_code: i32) -> Result<(), i32>
     // SAFETY: not null (checked); valid for writes by the caller's contract.
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// CANN 8.5 variant: hands the group functions to `libhcomm.so` (linked) when loaded.
+#[cfg(feature = "cann85")]
+mod hcomm_link {
+    type GroupFn = unsafe extern "C" fn() -> i32;
+
+    #[link(name = "hcomm")]
+    unsafe extern "C" {
+        fn memreuse_hcomm_register(start: GroupFn, end: GroupFn);
+    }
+
+    extern "C" fn register() {
+        // SAFETY: libhcomm.so is a dependency of this library, loaded and relocated before
+        // its initialisers run; both arguments are `extern "C"` functions of this library
+        // that catch their own panics.
+        unsafe { memreuse_hcomm_register(crate::hccl::HcclGroupStart, crate::hccl::HcclGroupEnd) };
+    }
+
+    #[used]
+    #[unsafe(link_section = ".init_array")]
+    static REGISTER: extern "C" fn() = register;
+}
+
+/// Harness: where the CANN 8.5 variant's `libhcomm.so` was built (null for the others).
+#[unsafe(no_mangle)]
+extern "C" fn memreuse_standin_hcomm_path() -> *const std::ffi::c_char {
+    #[cfg(feature = "cann85")]
+    {
+        concat!(env!("MEMREUSE_STANDIN_HCOMM"), "\0")
+            .as_ptr()
+            .cast()
+    }
+    #[cfg(not(feature = "cann85"))]
+    {
+        std::ptr::null()
+    }
 }

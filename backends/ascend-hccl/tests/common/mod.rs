@@ -20,12 +20,13 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock()
 }
 
-/// The built stand-in: next to this test binary's `deps/` directory (built by
-/// `cargo test --workspace` or `cargo build -p memreuse-ascend-standin`).
+/// The built stand-in: in this test binary's `deps/` directory, where cargo builds it as a
+/// dev-dependency of this crate (the copy one level up is refreshed only when the
+/// stand-in itself is a selected package, so it can be stale), else one level up.
 pub fn standin_so() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps dir");
-    for dir in [deps.parent().unwrap_or(deps), deps] {
+    for dir in [deps, deps.parent().unwrap_or(deps)] {
         let p = dir.join(STANDIN_FILE);
         if p.exists() {
             return p;
@@ -113,4 +114,25 @@ pub fn configure(devices: u32, capacity: u64, timeout_ms: u64) {
         hook("memreuse_standin_configure");
     // SAFETY: plain integers; tests hold `serial()`.
     assert_eq!(unsafe { f(devices, capacity, 0, 0, timeout_ms) }, 0);
+}
+
+/// `memreuse_standin_set_behaviour(bits)`; returns the previous bits.
+pub fn set_behaviour(bits: u32) -> u32 {
+    let f: unsafe extern "C" fn(u32) -> u32 = hook("memreuse_standin_set_behaviour");
+    // SAFETY: plain integer.
+    unsafe { f(bits) }
+}
+
+/// Stream handles the stand-in holds (`memreuse_standin_live_streams`).
+pub fn live_streams() -> u64 {
+    let f: unsafe extern "C" fn() -> u64 = hook("memreuse_standin_live_streams");
+    // SAFETY: no arguments.
+    unsafe { f() }
+}
+
+/// The device of the thread that made the stand-in's last root info.
+pub fn last_root_info_device() -> i32 {
+    let f: unsafe extern "C" fn() -> i32 = hook("memreuse_standin_last_root_info_device");
+    // SAFETY: no arguments.
+    unsafe { f() }
 }
