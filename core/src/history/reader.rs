@@ -79,6 +79,11 @@ impl<R: BufRead> TraceReader<R> {
         &self.comments
     }
 
+    /// The line number of the last line read (after an event: that event's line).
+    pub fn line_number(&self) -> u64 {
+        self.line_no
+    }
+
     /// True once the `end` line was read and its count matched.
     pub fn is_complete(&self) -> bool {
         self.ended
