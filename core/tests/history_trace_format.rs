@@ -167,6 +167,7 @@ fn syntax_errors_name_the_line_and_the_valid_syntax() {
 fn rule_errors_name_both_entries() {
     match err("memreuse.trace/1\nalloc 1 8 0\nalloc 1 8 0\n") {
         HistoryError::DuplicateId {
+            unit: "line",
             entry: 3,
             id: 1,
             alloc_entry: 2,
@@ -174,11 +175,16 @@ fn rule_errors_name_both_entries() {
         other => panic!("{other}"),
     }
     match err("memreuse.trace/1\nalloc 1 8 0\nfree 1 8 0\nfree 1 8 0\n") {
-        HistoryError::UnknownId { entry: 4, id: 1 } => {}
+        HistoryError::UnknownId {
+            unit: "line",
+            entry: 4,
+            id: 1,
+        } => {}
         other => panic!("{other}"),
     }
     match err("memreuse.trace/1\n# c\nalloc 1 8 0\nfree 1 16 0\n") {
         e @ HistoryError::FreeMismatch {
+            unit: "line",
             entry: 4,
             id: 1,
             field: "size",
@@ -244,7 +250,14 @@ fn histories_built_in_memory_are_validated_by_position() {
     let e = AllocationHistory::new(vec![], vec![alloc(1, 8, 0, None), free(2, 8, 0, None)])
         .unwrap_err();
     assert!(
-        matches!(e, HistoryError::UnknownId { entry: 2, id: 2 }),
+        matches!(
+            e,
+            HistoryError::UnknownId {
+                unit: "event",
+                entry: 2,
+                id: 2
+            }
+        ),
         "{e}"
     );
 }

@@ -1,5 +1,6 @@
 //! What can be wrong with a history or its file. Every variant names the entry (the line of
-//! the file, or the 1-based position of an event built in memory) and says what is valid.
+//! the file, or the 1-based position of an event built in memory: `unit` says which) and
+//! says what is valid.
 
 use thiserror::Error;
 
@@ -81,9 +82,11 @@ pub enum HistoryError {
     },
     /// An `alloc` reuses the id of an allocation that is still live.
     #[error(
-        "entry {entry}: id {id} is allocated again while still live (allocated at entry {alloc_entry}, never freed); ids are unique among live allocations"
+        "{unit} {entry}: id {id} is allocated again while still live (allocated at {unit} {alloc_entry}, never freed); ids are unique among live allocations"
     )]
     DuplicateId {
+        /// `line` (read from a file) or `event` (1-based position in memory).
+        unit: &'static str,
         /// The second `alloc`.
         entry: u64,
         /// The id.
@@ -93,9 +96,11 @@ pub enum HistoryError {
     },
     /// A `free` names no live allocation.
     #[error(
-        "entry {entry}: free of id {id}, which is not live (never allocated, or already freed)"
+        "{unit} {entry}: free of id {id}, which is not live (never allocated, or already freed)"
     )]
     UnknownId {
+        /// `line` (read from a file) or `event` (1-based position in memory).
+        unit: &'static str,
         /// The `free`.
         entry: u64,
         /// The id.
@@ -103,9 +108,11 @@ pub enum HistoryError {
     },
     /// A `free` disagrees with its `alloc` on size or stream.
     #[error(
-        "entry {entry}: free of id {id} gives {field} {at_free}, but its alloc at entry {alloc_entry} gave {at_alloc}; a free repeats its allocation's size and stream"
+        "{unit} {entry}: free of id {id} gives {field} {at_free}, but its alloc at {unit} {alloc_entry} gave {at_alloc}; a free repeats its allocation's size and stream"
     )]
     FreeMismatch {
+        /// `line` (read from a file) or `event` (1-based position in memory).
+        unit: &'static str,
         /// The `free`.
         entry: u64,
         /// The id.

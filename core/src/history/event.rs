@@ -51,10 +51,10 @@ pub struct AllocationHistory {
 }
 
 impl AllocationHistory {
-    /// Validates `events` (the first event is reported as entry 1 in errors) and keeps
+    /// Validates `events` (errors name them as `event N`, from 1) and keeps
     /// `comments` (free text, one string per comment line, without the `# `).
     pub fn new(comments: Vec<String>, events: Vec<HistoryEvent>) -> Result<Self, HistoryError> {
-        let mut validator = Validator::default();
+        let mut validator = Validator::new("event");
         for (index, event) in events.iter().enumerate() {
             validator.check(event, index as u64 + 1)?;
         }

@@ -52,7 +52,7 @@ impl<R: BufRead> TraceReader<R> {
             line_no: 0,
             events: 0,
             comments: Vec::new(),
-            validator: Validator::default(),
+            validator: Validator::new("line"),
             ended: false,
             failed: false,
         };

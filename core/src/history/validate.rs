@@ -16,12 +16,21 @@ struct Live {
 }
 
 /// Live allocations by id.
-#[derive(Default)]
 pub(super) struct Validator {
     live: HashMap<u64, Live>,
+    /// How errors name an entry: `line` or `event`.
+    unit: &'static str,
 }
 
 impl Validator {
+    /// A validator whose errors name entries as `unit` (`line` or `event`).
+    pub fn new(unit: &'static str) -> Self {
+        Validator {
+            live: HashMap::new(),
+            unit,
+        }
+    }
+
     /// Checks one event; `entry` is its line (reader) or 1-based position (in memory).
     pub fn check(&mut self, event: &HistoryEvent, entry: u64) -> Result<(), HistoryError> {
         match event.kind {
@@ -33,6 +42,7 @@ impl Validator {
                 };
                 if let Some(first) = self.live.insert(event.id, live) {
                     return Err(HistoryError::DuplicateId {
+                        unit: self.unit,
                         entry,
                         id: event.id,
                         alloc_entry: first.entry,
@@ -42,6 +52,7 @@ impl Validator {
             EventKind::Free => {
                 let Some(live) = self.live.remove(&event.id) else {
                     return Err(HistoryError::UnknownId {
+                        unit: self.unit,
                         entry,
                         id: event.id,
                     });
@@ -55,6 +66,7 @@ impl Validator {
                 };
                 if let Some((field, at_alloc, at_free)) = mismatch {
                     return Err(HistoryError::FreeMismatch {
+                        unit: self.unit,
                         entry,
                         id: event.id,
                         field,
