@@ -145,6 +145,11 @@ fn the_oom_answer_on_a_history_whose_peak_is_known() {
         "line 6: the third live block"
     );
     assert_eq!(short.entries_replayed, 4);
+    assert_eq!(
+        short.live_peak_bytes,
+        60 * MIB,
+        "the failing request was never held"
+    );
     // The table and the JSON say the same.
     let outcomes = evaluate(&h, &[String::new()], Some(90 * MIB - 1), &mut |_| {}).unwrap();
     let json: serde_json::Value = serde_json::from_str(&memreuse_conformance::whatif::to_json(

@@ -164,7 +164,10 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
             history.entries.len(),
             history.ids,
             history.streams.len(),
-            capacity.map_or("unlimited".to_owned(), crate::report::human_bytes),
+            capacity.map_or("unlimited".to_owned(), |c| format!(
+                "{c} bytes ({})",
+                output::mib(c)
+            )),
         );
         if history.skipped_unknown_frees > 0 || !history.initial.is_empty() {
             println!(

@@ -5,8 +5,6 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::report::human_bytes;
-
 use super::history::ReplayHistory;
 use super::replay::ReplayFigures;
 
@@ -175,7 +173,7 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
         .max(12);
     let _ = writeln!(
         out,
-        "{:<conf_width$}  {:>12}  {:>12}  {:>6}  {:>9}  {:>9}  {:>10}  {:>13}",
+        "{:<conf_width$}  {:>13}  {:>13}  {:>6}  {:>9}  {:>9}  {:>10}  {:>13}",
         "setting",
         "reserved pk",
         "live pk",
@@ -191,9 +189,9 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
             Outcome::Replayed(f, cpu) => {
                 let _ = writeln!(
                     out,
-                    "{conf:<conf_width$}  {:>12}  {:>12}  {:>6}  {:>8.1}%  {:>9}  {:>10}  {:>13}",
-                    human_bytes(f.reserved_peak_bytes),
-                    human_bytes(f.live_peak_bytes),
+                    "{conf:<conf_width$}  {:>13}  {:>13}  {:>6}  {:>8.1}%  {:>9}  {:>10}  {:>13}",
+                    mib(f.reserved_peak_bytes),
+                    mib(f.live_peak_bytes),
                     ratio(f).map_or("-".to_owned(), |r| format!("{r:.3}")),
                     f.fragmentation_at_peak * 100.0,
                     f.device_allocations,
@@ -220,6 +218,11 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
         );
     }
     out
+}
+
+/// Bytes as MiB with one decimal: settings differ by a few segments, which GiB would hide.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// `""` shown as words.

@@ -23,7 +23,8 @@ pub const PROGRESS_EVERY: u64 = 1 << 14;
 pub struct ReplayFigures {
     /// Highest reserved bytes (segments), `reserved_bytes.peak`.
     pub reserved_peak_bytes: u64,
-    /// Highest requested bytes the program held (the history's lower bound).
+    /// Highest requested bytes the program held (the history's lower bound; up to the
+    /// failing request when the replay ran out of memory).
     pub live_peak_bytes: u64,
     /// Highest bytes of blocks handed out (`allocated_bytes.peak`).
     pub allocated_peak_bytes: u64,
@@ -91,9 +92,6 @@ pub fn replay(
         let index = index as u64;
         match entry.action {
             Action::Alloc { size, stream } => {
-                requested[entry.id] = size;
-                live += size;
-                figures.live_peak_bytes = figures.live_peak_bytes.max(live);
                 if size > 0 {
                     match allocator.allocate(size, &streams[stream]) {
                         Ok(s) => {
@@ -101,6 +99,7 @@ pub fn replay(
                             held[entry.id] = Some(s);
                         }
                         Err(AllocError::OutOfMemory(oom)) => {
+                            // The job dies here: the request was never held.
                             figures.first_oom_entry = Some(entry.source);
                             figures.oom_message = Some(oom.to_string());
                             break;
@@ -108,6 +107,9 @@ pub fn replay(
                         Err(other) => return Err(other),
                     }
                 }
+                requested[entry.id] = size;
+                live += size;
+                figures.live_peak_bytes = figures.live_peak_bytes.max(live);
             }
             Action::Free => {
                 live -= requested[entry.id];
