@@ -364,3 +364,56 @@ fn memreuse_snapshots_import_to_the_requests_that_made_them() {
     }
     drop((third, fourth));
 }
+
+/// A snapshot written by Python's own pickle module with PyTorch's structure and types
+/// (`tests/data/torch_snapshot_fixture.py`): tuples, floats, None, 64-bit addresses, a
+/// cudaStream_t value, stack frames shared between entries (Python pickles a shared object
+/// once and refers to it again), a wrapped ring, a pending free and an `oom` entry.
+#[test]
+fn a_snapshot_pickled_by_python_with_pytorch_structure_imports() {
+    const SIDE: u64 = 0x55D1_2E3F_4A60;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/torch-snapshot-shaped.pickle");
+    let h = memreuse_conformance::whatif::import_file(&path, None).unwrap();
+    assert_eq!(h.streams, vec![0, SIDE]);
+    assert_eq!(
+        actions(&h),
+        vec![
+            (
+                0,
+                Action::Alloc {
+                    size: 4 * MIB,
+                    stream: 1
+                },
+                2
+            ),
+            (
+                1,
+                Action::Alloc {
+                    size: 8 * MIB,
+                    stream: 0
+                },
+                4
+            ),
+            (0, Action::FreeRequested, 5),
+            (1, Action::Free, 6),
+            (0, Action::FreeCompleted, 8),
+        ]
+    );
+    assert_eq!(h.skipped_unknown_frees, 1);
+    assert_eq!(h.initial.len(), 1);
+    assert_eq!((h.initial[0].size, h.initial[0].stream), (6 * MIB - 100, 0));
+    assert_eq!(h.recorded_ooms, vec![9]);
+    assert_eq!(h.ignored_entries, 3);
+    assert!(h.lower_bound);
+    assert_eq!(h.live_peak_bytes(), 18 * MIB - 100);
+    // 6 MiB and 8 MiB share one 20 MiB segment; the side stream's block needs its own.
+    let f = memreuse_conformance::whatif::replay(
+        &h,
+        memreuse::AllocatorConfig::default(),
+        u64::MAX,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(f.reserved_peak_bytes, 40 * MIB);
+}

@@ -175,7 +175,13 @@ pub fn import_snapshot(
             })?;
         Node::from_json(v)
     } else {
-        let options = serde_pickle::DeOptions::new().replace_unresolved_globals();
+        // Python's pickle writes an object shared by several entries once and refers to it
+        // again (PyTorch shares `frames`); serde-pickle 1.2 cannot hand such a shared nested
+        // container out twice and, with this option, gives `None` for the later copies.
+        // Only stack frames are shared that way in snapshots, and they are not read here.
+        let options = serde_pickle::DeOptions::new()
+            .replace_unresolved_globals()
+            .replace_recursive_structures();
         let v =
             serde_pickle::value_from_slice(bytes, options).map_err(|e| ImportError::Decode {
                 path: path.to_owned(),
