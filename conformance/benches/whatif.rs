@@ -42,9 +42,14 @@ fn main() {
             let mut entries = 0u64;
             let mut available = true;
             for _ in 0..rounds {
-                let outcome =
-                    evaluate(&history, std::slice::from_ref(&conf), capacity, &mut |_| {})
-                        .expect("valid setting");
+                let outcome = evaluate(
+                    &history,
+                    std::slice::from_ref(&conf),
+                    capacity,
+                    false,
+                    &mut |_| {},
+                )
+                .expect("valid setting");
                 match &outcome[0].outcome {
                     Outcome::Replayed(f, seconds) => {
                         cpu += seconds;

@@ -151,7 +151,7 @@ fn the_oom_answer_on_a_history_whose_peak_is_known() {
         "the failing request was never held"
     );
     // The table and the JSON say the same.
-    let outcomes = evaluate(&h, &[String::new()], Some(90 * MIB - 1), &mut |_| {}).unwrap();
+    let outcomes = evaluate(&h, &[String::new()], Some(90 * MIB - 1), false, &mut |_| {}).unwrap();
     let json: serde_json::Value = serde_json::from_str(&memreuse_conformance::whatif::to_json(
         "t.trace",
         &h,
@@ -266,7 +266,7 @@ fn the_settings_list_and_what_cannot_be_replayed() {
     assert!(plan("bogus:1", true).is_err());
     // Every default setting is either replayed or says why not.
     let h = trace("memreuse.trace/1\nalloc 1 4096 0\nfree 1 4096 0\nend 2\n");
-    let outcomes = evaluate(&h, &list, None, &mut |_| {}).unwrap();
+    let outcomes = evaluate(&h, &list, None, false, &mut |_| {}).unwrap();
     assert_eq!(outcomes.len(), list.len());
     for o in &outcomes {
         match &o.outcome {
@@ -354,4 +354,45 @@ fn the_command_line_writes_table_json_and_report() {
         "only the settings asked for: {out}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The smallest fitting device: exact on a history whose peak is known, and on a recorded
+/// trace a capacity that fits while 2 MiB less does not.
+#[test]
+fn the_smallest_fitting_device() {
+    use memreuse_conformance::whatif::{CAPACITY_STEP, smallest_fitting_capacity};
+    let known = trace(
+        "memreuse.trace/1\nalloc 1 31457280 0\nalloc 2 31457280 0\nfree 1 31457280 0\nalloc 3 31457280 0\nalloc 4 31457280 0\nend 5\n",
+    );
+    let config = AllocatorConfig::default();
+    assert_eq!(
+        smallest_fitting_capacity(&known, &config, 90 * MIB).unwrap(),
+        90 * MIB
+    );
+    let h = import_file(&traces()[0], None).unwrap();
+    for conf in ["", "max_split_size_mb:64"] {
+        let config = AllocatorConfig::parse(conf).unwrap();
+        let unlimited = run(&h, conf, u64::MAX).reserved_peak_bytes;
+        let smallest = smallest_fitting_capacity(&h, &config, unlimited).unwrap();
+        assert!(
+            smallest <= unlimited.next_multiple_of(CAPACITY_STEP),
+            "{conf:?}"
+        );
+        assert!(smallest >= h.live_peak_bytes(), "{conf:?}");
+        assert_eq!(run(&h, conf, smallest).first_oom_entry, None, "{conf:?}");
+        assert!(
+            run(&h, conf, smallest - CAPACITY_STEP)
+                .first_oom_entry
+                .is_some(),
+            "{conf:?}"
+        );
+    }
+    // Through `evaluate`, with a capacity given: the search starts from an unlimited replay.
+    let outcomes = evaluate(&known, &[String::new()], Some(60 * MIB), true, &mut |_| {}).unwrap();
+    assert_eq!(outcomes[0].smallest_device, Some(90 * MIB));
+    let table = memreuse_conformance::whatif::render_table(&outcomes, false);
+    assert!(
+        table.contains("smallest device") && table.contains("90.0 MiB"),
+        "{table}"
+    );
 }

@@ -8,6 +8,7 @@
 //! (`memreuse.whatif/1`, `docs/whatif-format.md`) and `--report DIR` (an HTML page with
 //! the settings' reserved memory overlaid).
 
+mod capacity_search;
 mod error;
 mod history;
 mod html;
@@ -23,6 +24,7 @@ use std::process::ExitCode;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub use capacity_search::{CAPACITY_STEP, smallest_fitting_capacity};
 pub use error::ImportError;
 pub use history::{Action, Entry, InitialBlock, ReplayHistory};
 pub use import::{import_bytes, import_file};
@@ -58,6 +60,10 @@ pub struct WhatifArgs {
     /// Write an HTML page (index.html) with the reserved-memory overlay into this directory.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
+    /// Also search, per setting, the smallest device it fits on (bisection in 2 MiB steps:
+    /// about a dozen more replays per setting).
+    #[arg(long)]
+    pub smallest_device: bool,
     /// No table and no progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -81,12 +87,14 @@ fn thread_cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-/// Replays `history` under every setting of `confs`; `capacity` `None` means unlimited.
-/// A malformed setting string is an error before anything is replayed.
+/// Replays `history` under every setting of `confs`; `capacity` `None` means unlimited;
+/// `search` also finds each setting's smallest fitting device. A malformed setting string
+/// is an error before anything is replayed.
 pub fn evaluate(
     history: &ReplayHistory,
     confs: &[String],
     capacity: Option<u64>,
+    search: bool,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Vec<SettingOutcome>, memreuse_core::ConfigError> {
     let plans = confs
@@ -96,16 +104,37 @@ pub fn evaluate(
     let mut outcomes = Vec::with_capacity(plans.len());
     let mut done = 0;
     for (alloc_conf, plan) in plans {
+        let mut smallest_device = None;
         let outcome = match plan {
             Plan::NotAvailable(why) => Outcome::NotAvailable(why),
             Plan::NotApplicable(why) => Outcome::NotApplicable(why),
             Plan::Replay(config) => {
                 let start = thread_cpu_seconds();
                 let mut report = |n| progress(done + n);
-                let result = replay(history, config, capacity.unwrap_or(u64::MAX), &mut report);
+                let result = replay(
+                    history,
+                    config.clone(),
+                    capacity.unwrap_or(u64::MAX),
+                    &mut report,
+                );
                 let cpu = thread_cpu_seconds() - start;
                 match result {
-                    Ok(figures) => Outcome::Replayed(Box::new(figures), cpu),
+                    Ok(figures) => {
+                        if search {
+                            match search_smallest(history, &config, &figures, capacity) {
+                                Ok(bytes) => smallest_device = Some(bytes),
+                                Err(e) => {
+                                    outcomes.push(SettingOutcome {
+                                        alloc_conf,
+                                        outcome: Outcome::Failed(e.to_string()),
+                                        smallest_device: None,
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                        Outcome::Replayed(Box::new(figures), cpu)
+                    }
                     Err(e) => Outcome::Failed(e.to_string()),
                 }
             }
@@ -114,9 +143,26 @@ pub fn evaluate(
         outcomes.push(SettingOutcome {
             alloc_conf,
             outcome,
+            smallest_device,
         });
     }
     Ok(outcomes)
+}
+
+/// The smallest fitting device for one setting, from its replay's figures (a replay on
+/// an unlimited device first, when the figures came from a limited one).
+fn search_smallest(
+    history: &ReplayHistory,
+    config: &memreuse_core::AllocatorConfig,
+    figures: &ReplayFigures,
+    capacity: Option<u64>,
+) -> Result<u64, memreuse_core::AllocError> {
+    let unlimited_peak = if capacity.is_none() {
+        figures.reserved_peak_bytes
+    } else {
+        replay(history, config.clone(), u64::MAX, &mut |_| {})?.reserved_peak_bytes
+    };
+    smallest_fitting_capacity(history, config, unlimited_peak)
 }
 
 /// Runs `whatif`; returns the exit status (0, or 2 for a usage error or unreadable file).
@@ -147,7 +193,9 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
         }
         bar
     };
-    let outcomes = match evaluate(&history, &confs, capacity, &mut |n| bar.set_position(n)) {
+    let outcomes = match evaluate(&history, &confs, capacity, args.smallest_device, &mut |n| {
+        bar.set_position(n);
+    }) {
         Ok(o) => o,
         Err(e) => {
             bar.finish_and_clear();

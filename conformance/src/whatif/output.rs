@@ -31,6 +31,8 @@ pub struct SettingOutcome {
     pub alloc_conf: String,
     /// What happened.
     pub outcome: Outcome,
+    /// The smallest device found to fit (`--smallest-device`), a multiple of 2 MiB.
+    pub smallest_device: Option<u64>,
 }
 
 /// The `history` object of the JSON.
@@ -66,6 +68,7 @@ struct SettingJson<'a> {
     entries_replayed: Option<u64>,
     cpu_seconds: Option<f64>,
     entries_per_cpu_second: Option<f64>,
+    smallest_fitting_device_bytes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -110,6 +113,7 @@ pub fn to_json(
                 entries_replayed: None,
                 cpu_seconds: None,
                 entries_per_cpu_second: None,
+                smallest_fitting_device_bytes: o.smallest_device,
             };
             match &o.outcome {
                 Outcome::Replayed(f, cpu) => {
@@ -171,7 +175,8 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
         .max()
         .unwrap_or(0)
         .max(12);
-    let _ = writeln!(
+    let searched = outcomes.iter().any(|o| o.smallest_device.is_some());
+    let _ = write!(
         out,
         "{:<conf_width$}  {:>13}  {:>13}  {:>6}  {:>9}  {:>9}  {:>10}  {:>13}",
         "setting",
@@ -183,11 +188,16 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
         "first OOM",
         "entries/cpu-s"
     );
+    out.push_str(if searched {
+        "  smallest device\n"
+    } else {
+        "\n"
+    });
     for o in outcomes {
         let conf = display_conf(&o.alloc_conf);
         match &o.outcome {
             Outcome::Replayed(f, cpu) => {
-                let _ = writeln!(
+                let _ = write!(
                     out,
                     "{conf:<conf_width$}  {:>13}  {:>13}  {:>6}  {:>8.1}%  {:>9}  {:>10}  {:>13}",
                     mib(f.reserved_peak_bytes),
@@ -199,6 +209,12 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
                         .map_or("fits".to_owned(), |e| format!("entry {e}")),
                     rate(f, *cpu).map_or("-".to_owned(), |r| format!("{:.2} M", r / 1e6)),
                 );
+                match o.smallest_device {
+                    Some(bytes) => {
+                        let _ = writeln!(out, "  {:>15}", mib(bytes));
+                    }
+                    None => out.push('\n'),
+                }
             }
             Outcome::NotAvailable(why) => {
                 let _ = writeln!(out, "{conf:<conf_width$}  not available: {why}");
