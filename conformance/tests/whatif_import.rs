@@ -417,3 +417,36 @@ fn a_snapshot_pickled_by_python_with_pytorch_structure_imports() {
     .unwrap();
     assert_eq!(f.reserved_peak_bytes, 40 * MIB);
 }
+
+#[test]
+fn a_snapshot_of_several_devices_replays_the_one_asked_for() {
+    let root = dict(vec![
+        ("segments", Value::List(vec![])),
+        (
+            "device_traces",
+            Value::List(vec![
+                Value::List(vec![]),
+                Value::List(vec![entry("alloc", 0x1000, 512, 0)]),
+                Value::List(vec![
+                    entry("alloc", 0x2000, 4096, 0),
+                    entry("alloc", 0x3000, 8192, 0),
+                ]),
+            ]),
+        ),
+    ]);
+    let bytes = serde_pickle::value_to_vec(&root, SerOptions::new()).unwrap();
+    let first = import_bytes("m.pickle", &bytes, None).unwrap();
+    assert_eq!(
+        first.entries.len(),
+        1,
+        "default: the first device with entries (1)"
+    );
+    let two = import_bytes("m.pickle", &bytes, Some(2)).unwrap();
+    assert_eq!(two.live_peak_bytes(), 4096 + 8192);
+    match import_bytes("m.pickle", &bytes, Some(0)) {
+        Err(ImportError::NoTrace {
+            device: 0, devices, ..
+        }) => assert_eq!(devices, vec![1, 2]),
+        other => panic!("{other:?}"),
+    }
+}
