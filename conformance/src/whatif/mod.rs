@@ -29,7 +29,7 @@ pub use error::ImportError;
 pub use history::{Action, Entry, InitialBlock, ReplayHistory};
 pub use import::{import_bytes, import_file};
 pub use output::{Outcome, SettingOutcome, WHATIF_FORMAT, render_table, to_json};
-pub use replay::{ReplayFigures, replay};
+pub use replay::{CHART_POINTS, PROGRESS_EVERY, ReplayFigures, replay};
 pub use settings::{GC_SETTING, MAX_SPLIT_SWEEP_MB, Plan, default_settings, plan};
 
 /// Histories with at least this many entries (over all settings) get a progress bar.

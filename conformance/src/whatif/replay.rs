@@ -13,7 +13,7 @@ use memreuse_core::{AllocError, AllocatorConfig, Backend, CachingAllocator, Stor
 use super::history::{Action, ReplayHistory};
 
 /// Points kept for the reserved-over-time chart (the maximum of each bucket of entries).
-const CHART_POINTS: usize = 2000;
+pub const CHART_POINTS: usize = 2000;
 
 /// How often (in entries) the progress callback is called.
 pub const PROGRESS_EVERY: u64 = 1 << 14;
