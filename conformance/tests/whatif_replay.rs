@@ -396,3 +396,25 @@ fn the_smallest_fitting_device() {
         "{table}"
     );
 }
+
+/// A history built by hand that leaves `ids` and `streams` empty (the public fields allow
+/// it) replays like the consistent one: the tables grow to what the entries name.
+#[test]
+fn a_hand_built_history_without_tables_replays() {
+    let alloc = |stream| Action::Alloc {
+        size: 30 * MIB,
+        stream,
+    };
+    let sloppy = ReplayHistory {
+        entries: vec![
+            entry(0, alloc(0)),
+            entry(0, Action::Free),
+            entry(3, alloc(2)),
+        ],
+        ..ReplayHistory::default()
+    };
+    assert_eq!(sloppy.extent(), (4, 3));
+    assert_eq!(sloppy.live_peak_bytes(), 30 * MIB);
+    let f = run(&sloppy, "", u64::MAX);
+    assert_eq!(f.reserved_peak_bytes, 60 * MIB, "stream 2 has its own pool");
+}

@@ -80,7 +80,7 @@ impl ReplayHistory {
     /// lower bound on any allocator's reserved peak. A block stops counting when the user
     /// frees it (`free_requested`), even while its free is pending.
     pub fn live_peak_bytes(&self) -> u64 {
-        let mut sizes = vec![0u64; self.ids];
+        let mut sizes = vec![0u64; self.extent().0];
         let mut live: u64 = 0;
         for b in &self.initial {
             sizes[b.id] = b.size;
@@ -94,7 +94,7 @@ impl ReplayHistory {
                     live += size;
                     peak = peak.max(live);
                 }
-                Action::Free | Action::FreeRequested => live -= sizes[e.id],
+                Action::Free | Action::FreeRequested => live = live.saturating_sub(sizes[e.id]),
                 Action::FreeCompleted => {}
             }
         }
@@ -134,6 +134,25 @@ impl ReplayHistory {
             });
         }
         out
+    }
+
+    /// Number of ids and of streams the entries use: at least [`ReplayHistory::ids`] and
+    /// `streams.len()`, more when a history built by hand names higher ones (so a replay
+    /// never indexes past its tables).
+    pub fn extent(&self) -> (usize, usize) {
+        let mut ids = self.ids;
+        let mut streams = self.streams.len().max(1);
+        for b in &self.initial {
+            ids = ids.max(b.id + 1);
+            streams = streams.max(b.stream + 1);
+        }
+        for e in &self.entries {
+            ids = ids.max(e.id + 1);
+            if let Action::Alloc { stream, .. } = e.action {
+                streams = streams.max(stream + 1);
+            }
+        }
+        (ids, streams)
     }
 
     /// The index of stream number `raw`, adding it on first use.

@@ -60,15 +60,16 @@ pub fn replay(
 ) -> Result<ReplayFigures, AllocError> {
     let backend = Arc::new(ManualBackend::new(capacity));
     let allocator = CachingAllocator::new(Arc::clone(&backend), config);
+    let (ids, stream_count) = history.extent();
     let mut streams = vec![backend.default_stream()];
-    for _ in 1..history.streams.len().max(1) {
+    for _ in 1..stream_count {
         streams.push(backend.create_stream()?);
     }
     let mut held: Vec<Option<Storage<ManualBackend>>> = Vec::new();
-    held.resize_with(history.ids, || None);
-    let mut requested = vec![0u64; history.ids];
+    held.resize_with(ids, || None);
+    let mut requested = vec![0u64; ids];
     // Side streams of pending frees, by id; idle side streams to reuse.
-    let mut pending: Vec<Option<ManualStream>> = vec![None; history.ids];
+    let mut pending: Vec<Option<ManualStream>> = vec![None; ids];
     let mut idle_side: Vec<ManualStream> = Vec::new();
 
     let mut figures = ReplayFigures::default();
@@ -112,13 +113,13 @@ pub fn replay(
                 figures.live_peak_bytes = figures.live_peak_bytes.max(live);
             }
             Action::Free => {
-                live -= requested[entry.id];
+                live = live.saturating_sub(requested[entry.id]);
                 if let Some(s) = held[entry.id].take() {
                     allocated -= s.size();
                 }
             }
             Action::FreeRequested => {
-                live -= requested[entry.id];
+                live = live.saturating_sub(requested[entry.id]);
                 if let Some(s) = held[entry.id].take() {
                     allocated -= s.size();
                     let side = match idle_side.pop() {
