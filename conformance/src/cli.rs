@@ -42,6 +42,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// List the generator presets.
     List,
+    /// Replay an allocation history under allocator settings: which one fits?
+    Whatif(crate::whatif::WhatifArgs),
 }
 
 /// Arguments of `run` (docs/report-format.md).
@@ -132,6 +134,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Some(Command::Run(args)) => crate::runner::run(&args),
         Some(Command::Validate { files }) => validate_files(&files),
         Some(Command::Generate(args)) => generate_file(&args),
+        Some(Command::Whatif(args)) => crate::whatif::run(&args),
         Some(Command::List) => {
             println!("presets:");
             for p in PRESETS {

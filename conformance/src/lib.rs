@@ -36,6 +36,7 @@ pub mod runner;
 pub mod schedule;
 pub mod suite;
 pub mod validate;
+pub mod whatif;
 
 // Link the facade so the backends it enables register themselves (inventory).
 use memreuse as _;

@@ -138,6 +138,7 @@ mod backend;
 pub mod comm;
 mod dyn_backend;
 mod error;
+pub mod history;
 mod ids;
 pub mod observe;
 pub mod process_group;

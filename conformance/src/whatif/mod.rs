@@ -1,0 +1,253 @@
+//! `memreuse-conformance whatif FILE`: replays one allocation history under a list of
+//! allocator settings and says, for each, the reserved peak, the fragmentation at the peak,
+//! the device allocations and whether (and at which entry) it runs out of memory.
+//!
+//! Inputs ([`import::import_file`]): `memreuse.trace/1` (`docs/trace-format.md`), PyTorch's
+//! snapshot pickle (`torch.cuda.memory._dump_snapshot`) and memreuse's own snapshots
+//! (pickle or JSON), each optionally gzip-compressed. Output: a table, `--json PATH`
+//! (`memreuse.whatif/1`, `docs/whatif-format.md`) and `--report DIR` (an HTML page with
+//! the settings' reserved memory overlaid).
+
+mod capacity_search;
+mod error;
+mod history;
+mod html;
+mod import;
+mod output;
+mod replay;
+mod settings;
+mod snapshot_import;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use capacity_search::{CAPACITY_STEP, smallest_fitting_capacity};
+pub use error::ImportError;
+pub use history::{Action, Entry, InitialBlock, ReplayHistory};
+pub use import::{import_bytes, import_file};
+pub use output::{Outcome, SettingOutcome, WHATIF_FORMAT, render_table, to_json};
+pub use replay::{CHART_POINTS, PROGRESS_EVERY, ReplayFigures, replay};
+pub use settings::{GC_SETTING, MAX_SPLIT_SWEEP_MB, Plan, default_settings, plan};
+
+/// Histories with at least this many entries (over all settings) get a progress bar.
+const PROGRESS_MIN_ENTRIES: u64 = 1_000_000;
+
+/// Arguments of `whatif`.
+#[derive(Debug, Clone, Args)]
+pub struct WhatifArgs {
+    /// The history: memreuse.trace/1, a PyTorch snapshot pickle or a memreuse snapshot
+    /// (pickle or JSON), optionally gzip-compressed.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// A setting to replay, as a MEMREUSE_ALLOC_CONF string (repeatable; "" is PyTorch's
+    /// defaults). Default: "", expandable_segments:True, max_split_size_mb:64/128/256/512,
+    /// roundup_power2_divisions:4 and a garbage_collection_threshold setting.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
+    pub alloc_conf: Vec<String>,
+    /// Device capacity in bytes (default: the device total the history records, else
+    /// unlimited).
+    #[arg(long, value_name = "BYTES")]
+    pub device_memory: Option<u64>,
+    /// A snapshot's device to replay (default: the first with trace entries).
+    #[arg(long, value_name = "N")]
+    pub device: Option<usize>,
+    /// Write the memreuse.whatif/1 JSON here.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Write an HTML page (index.html) with the reserved-memory overlay into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Also search, per setting, the smallest device it fits on (bisection in 2 MiB steps:
+    /// about a dozen more replays per setting).
+    #[arg(long)]
+    pub smallest_device: bool,
+    /// No table and no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Exit status of a usage error or an unreadable history.
+const USAGE: u8 = 2;
+
+/// CPU seconds this thread has used (the replay runs on the calling thread).
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID exists on every
+    // Linux and macOS libc, and the call only writes `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Replays `history` under every setting of `confs`; `capacity` `None` means unlimited;
+/// `search` also finds each setting's smallest fitting device. A malformed setting string
+/// is an error before anything is replayed.
+pub fn evaluate(
+    history: &ReplayHistory,
+    confs: &[String],
+    capacity: Option<u64>,
+    search: bool,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Vec<SettingOutcome>, memreuse_core::ConfigError> {
+    let plans = confs
+        .iter()
+        .map(|c| plan(c, capacity.is_some()).map(|p| (c.clone(), p)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut outcomes = Vec::with_capacity(plans.len());
+    let mut done = 0;
+    for (alloc_conf, plan) in plans {
+        let mut smallest_device = None;
+        let outcome = match plan {
+            Plan::NotAvailable(why) => Outcome::NotAvailable(why),
+            Plan::NotApplicable(why) => Outcome::NotApplicable(why),
+            Plan::Replay(config) => {
+                let start = thread_cpu_seconds();
+                let mut report = |n| progress(done + n);
+                let result = replay(
+                    history,
+                    config.clone(),
+                    capacity.unwrap_or(u64::MAX),
+                    &mut report,
+                );
+                let cpu = thread_cpu_seconds() - start;
+                match result {
+                    Ok(figures) => {
+                        if search {
+                            match search_smallest(history, &config, &figures, capacity) {
+                                Ok(bytes) => smallest_device = Some(bytes),
+                                Err(e) => {
+                                    outcomes.push(SettingOutcome {
+                                        alloc_conf,
+                                        outcome: Outcome::Failed(e.to_string()),
+                                        smallest_device: None,
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                        Outcome::Replayed(Box::new(figures), cpu)
+                    }
+                    Err(e) => Outcome::Failed(e.to_string()),
+                }
+            }
+        };
+        done += history.entries.len() as u64;
+        outcomes.push(SettingOutcome {
+            alloc_conf,
+            outcome,
+            smallest_device,
+        });
+    }
+    Ok(outcomes)
+}
+
+/// The smallest fitting device for one setting, from its replay's figures (a replay on
+/// an unlimited device first, when the figures came from a limited one).
+fn search_smallest(
+    history: &ReplayHistory,
+    config: &memreuse_core::AllocatorConfig,
+    figures: &ReplayFigures,
+    capacity: Option<u64>,
+) -> Result<u64, memreuse_core::AllocError> {
+    let unlimited_peak = if capacity.is_none() {
+        figures.reserved_peak_bytes
+    } else {
+        replay(history, config.clone(), u64::MAX, &mut |_| {})?.reserved_peak_bytes
+    };
+    smallest_fitting_capacity(history, config, unlimited_peak)
+}
+
+/// Runs `whatif`; returns the exit status (0, or 2 for a usage error or unreadable file).
+pub fn run(args: &WhatifArgs) -> ExitCode {
+    let file = args.file.display().to_string();
+    let history = match import_file(&args.file, args.device) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("whatif: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    let confs = if args.alloc_conf.is_empty() {
+        default_settings()
+    } else {
+        args.alloc_conf.clone()
+    };
+    let capacity = args.device_memory.or(history.device_total);
+    let total = history.entries.len() as u64 * confs.len() as u64;
+    let bar = if args.quiet || total < PROGRESS_MIN_ENTRIES {
+        ProgressBar::hidden()
+    } else {
+        let bar = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "whatif {bar:40} {pos}/{len} entries ({per_sec}, eta {eta})",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    };
+    let outcomes = match evaluate(&history, &confs, capacity, args.smallest_device, &mut |n| {
+        bar.set_position(n);
+    }) {
+        Ok(o) => o,
+        Err(e) => {
+            bar.finish_and_clear();
+            eprintln!("whatif: --alloc-conf: {e}");
+            return ExitCode::from(USAGE);
+        }
+    };
+    bar.finish_and_clear();
+    let table = render_table(&outcomes, history.lower_bound);
+    if !args.quiet {
+        println!(
+            "{file}: {} ({} entries, {} allocations, {} streams), device memory {}",
+            history.format,
+            history.entries.len(),
+            history.ids,
+            history.streams.len(),
+            capacity.map_or("unlimited".to_owned(), |c| format!(
+                "{c} bytes ({})",
+                output::mib(c)
+            )),
+        );
+        if history.skipped_unknown_frees > 0 || !history.initial.is_empty() {
+            println!(
+                "trace ring incomplete: {} frees of unknown blocks skipped, {} blocks live at the start rebuilt from segments",
+                history.skipped_unknown_frees,
+                history.initial.len()
+            );
+        }
+        if let Some(&first) = history.recorded_ooms.first() {
+            println!("the recorded run itself ran out of memory at entry {first}");
+        }
+        print!("{table}");
+    }
+    let mut status = ExitCode::SUCCESS;
+    if let Some(path) = &args.json {
+        let doc = to_json(&file, &history, capacity, &outcomes);
+        if let Err(e) = std::fs::write(path, doc) {
+            eprintln!("whatif: cannot write {}: {e}", path.display());
+            status = ExitCode::FAILURE;
+        }
+    }
+    if let Some(dir) = &args.report {
+        let page = html::render_page(&file, &table, &outcomes, history.live_peak_bytes());
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(dir.join("index.html"), page));
+        if let Err(e) = written {
+            eprintln!(
+                "whatif: cannot write {}: {e}",
+                dir.join("index.html").display()
+            );
+            status = ExitCode::FAILURE;
+        }
+    }
+    status
+}
