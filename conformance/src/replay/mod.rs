@@ -173,6 +173,7 @@ pub fn replay(
                     .unwrap_or(DEFAULT_DEVICE_MEMORY),
             ),
             deterministic_seed: options.deterministic.then(|| options.seed.unwrap_or(0)),
+            ..BackendOptions::default()
         },
         timeout: options.timeout,
     };
