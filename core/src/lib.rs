@@ -142,7 +142,7 @@ pub mod history;
 mod ids;
 pub mod observe;
 pub mod process_group;
-mod race;
+pub mod race;
 mod registry;
 pub mod store;
 mod sync;
@@ -153,7 +153,7 @@ pub use allocator::{
     AllocError, AllocatorConfig, AllocatorStats, BlockRef, CachingAllocator, CallbackId,
     ConfigError, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage, WeakStorage,
 };
-pub use backend::Backend;
+pub use backend::{Backend, Capabilities};
 pub use comm::{CommError, Communicator, DType, ReduceOp};
 pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
 pub use error::BackendError;

@@ -1,7 +1,8 @@
 //! Tests that need a CUDA GPU (and NCCL for the communicator ones). Each checks at run time
 //! and prints `skipped: no CUDA device` (or why) instead of failing where there is none, so
 //! CI (no GPU) passes them trivially; `scripts/gpu-check.sh` runs them on a GPU machine with
-//! `--nocapture` so the skip lines show if anything was missing there.
+//! `--nocapture` and `MEMREUSE_REQUIRE_DEVICE=1`, so a missing device or library fails them
+//! there (too few devices for a multi-GPU test still skips).
 
 #![allow(
     clippy::float_cmp,
@@ -23,13 +24,18 @@ use memreuse_cuda::{CudaDevice, NcclCommunicator, device_count, open_cuda_world,
 /// Devices visible, or `None` after printing why the test is skipped.
 fn gpus(needed: usize) -> Option<usize> {
     match device_count() {
+        Ok(0) => {
+            memreuse_core::testing::skip_without_device("no CUDA device visible");
+            None
+        }
         Ok(n) if n >= needed => Some(n),
         Ok(n) => {
             println!("skipped: needs {needed} CUDA device(s), {n} visible");
             None
         }
         Err(e) => {
-            println!("skipped: no CUDA device ({e})");
+            // Fails instead with MEMREUSE_REQUIRE_DEVICE=1 (what a GPU runner sets).
+            memreuse_core::testing::skip_without_device(&format!("no CUDA device ({e})"));
             None
         }
     }
@@ -167,7 +173,7 @@ fn per_rank(world: usize, f: impl Fn(usize, &NcclCommunicator) + Sync) {
     let ranks = match open_cuda_world(world) {
         Ok(r) => r,
         Err(e @ BackendError::Unavailable { .. }) => {
-            println!("skipped: {e}");
+            memreuse_core::testing::skip_without_device(&e.to_string());
             return;
         }
         Err(e) => panic!("open world: {e}"),
@@ -252,8 +258,44 @@ fn a_single_process_launch_through_the_store() {
             assert_eq!(rank.endpoint.communicator.size(), 1);
         }
         Err(memreuse_cuda::LaunchError::Backend(e @ BackendError::Unavailable { .. })) => {
-            println!("skipped: {e}");
+            memreuse_core::testing::skip_without_device(&e.to_string());
         }
         Err(e) => panic!("launch: {e}"),
+    }
+}
+
+/// The communicator contract kit on NCCL (GPU only). NCCL has no per-op timeout: a rank
+/// that never arrives waits until the kit gives up and aborts the communicators, so the
+/// two timeout checks are reported, not asserted; the matching, sub-group, point-to-point
+/// and batch checks must pass.
+#[test]
+fn nccl_keeps_the_communicator_contract() {
+    let Some(n) = gpus(2) else { return };
+    let n = n.min(4);
+    let open = |world: usize,
+                _timeout: Duration|
+     -> Result<
+        Vec<memreuse_core::testing::comm_contract::Rank<CudaDevice>>,
+        BackendError,
+    > {
+        Ok(open_cuda_world(world)?
+            .into_iter()
+            .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<CudaDevice>>))
+            .collect())
+    };
+    let options = memreuse_core::testing::comm_contract::CommContractOptions {
+        world_size: n,
+        timeout: Duration::from_secs(2),
+        grouping: true,
+    };
+    let report = memreuse_core::testing::comm_contract::check_communicator(&open, &options);
+    println!("communicator contract on {n} GPUs: {report:#?}");
+    for check in [
+        "collective_order",
+        "subgroups",
+        "p2p_pairing",
+        "group_batches",
+    ] {
+        assert!(report.passed.contains(&check), "{check}: {report:#?}");
     }
 }

@@ -12,11 +12,14 @@
 //! (`copy_device_to_host` writes zeros).
 //!
 //! [`contract`] holds the device-level checks every backend (and every port to a new
-//! accelerator) must pass.
+//! accelerator) must pass; [`comm_contract`] the communicator-level ones, run on N ranks.
 
+pub mod comm_contract;
 pub mod contract;
 mod manual;
+mod require_device;
 mod rng;
 
 pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
+pub use require_device::{REQUIRE_DEVICE_VAR, device_required, skip_without_device};
 pub use rng::SplitMix64;
