@@ -15,6 +15,12 @@
 //!   for any address value.
 //! - Handles (streams, events) must come from the same backend instance they are passed to.
 //! - Every method may be called from any thread.
+//! - `malloc` returns addresses aligned to at least
+//!   [`Capabilities::allocation_alignment`] bytes (256 unless the backend declares more,
+//!   CUDA's guarantee). `malloc(0)` must not misbehave: it either fails with
+//!   [`BackendError::InvalidArgument`] (the mock) or returns a pointer that `free` accepts;
+//!   the caching allocator never asks for zero bytes. The contract kit
+//!   ([`crate::testing::contract`]) checks both.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -22,6 +28,43 @@ use std::hash::Hash;
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
 use crate::race::RaceReport;
+
+/// What a backend can honour. Declared by [`Backend::capabilities`], read and reported by
+/// the conformance runner: an option a backend cannot honour (`--deterministic`,
+/// `--device-memory`) is recorded as ignored instead of silently dropped, and a schedule
+/// whose point depends on one (the capacity of `oom-pressure`) is skipped with the reason.
+///
+/// `non_exhaustive`: later capabilities (virtual memory for expandable segments) are added
+/// here. Outside this crate, start from [`Capabilities::default`] and set fields.
+// Independent yes/no facts, not a state machine: bools read best.
+#[allow(clippy::struct_excessive_bools)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Runs reproducibly from a seed (`BackendOptions::deterministic_seed`).
+    pub deterministic_scheduling: bool,
+    /// Has its own race detector: [`Backend::race_reports`] returns `Some`.
+    pub native_race_detection: bool,
+    /// Honours `BackendOptions::memory_capacity` (real devices have the memory they have).
+    pub memory_capacity: bool,
+    /// [`Backend::delay`] keeps the stream busy for exactly the time asked.
+    pub exact_delays: bool,
+    /// Every address `malloc` returns is a multiple of this (a power of two).
+    pub allocation_alignment: u64,
+}
+
+impl Default for Capabilities {
+    /// A real device: nothing simulated, 256-byte alignment.
+    fn default() -> Self {
+        Capabilities {
+            deterministic_scheduling: false,
+            native_race_detection: false,
+            memory_capacity: false,
+            exact_delays: false,
+            allocation_alignment: 256,
+        }
+    }
+}
 
 /// One device of one accelerator kind: raw memory, streams, events, and the stream-ordered
 /// device operations the allocator and the conformance suite need.
@@ -40,9 +83,25 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Free and total device memory.
     fn memory_info(&self) -> Result<MemoryInfo, BackendError>;
 
-    /// Allocates `bytes` of raw device memory (synchronous; contents undefined).
+    /// What this backend can honour (see [`Capabilities`]). The default describes a real
+    /// device with 256-byte alignment and no race detector.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// An error that happened asynchronously on the device, outside any call (a fault in
+    /// device work, [`BackendError::DeviceLost`]), if the backend can tell. Non-blocking;
+    /// `None` while healthy or when the backend cannot tell. Optional.
+    fn async_error(&self) -> Option<BackendError> {
+        None
+    }
+
+    /// Allocates `bytes` of raw device memory (synchronous; contents undefined), aligned to
+    /// [`Capabilities::allocation_alignment`].
     ///
     /// Fails with [`BackendError::OutOfMemory`] when the device cannot provide them.
+    /// `bytes == 0` either fails with [`BackendError::InvalidArgument`] or returns a
+    /// pointer that [`Backend::free`] accepts.
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError>;
 
     /// Returns memory obtained from [`Backend::malloc`] to the device (synchronous).

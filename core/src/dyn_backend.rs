@@ -10,7 +10,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Capabilities};
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
 use crate::race::RaceReport;
@@ -66,6 +66,8 @@ pub trait DynBackend: Send + Sync + 'static {
     fn name(&self) -> &str;
     fn device_index(&self) -> usize;
     fn memory_info(&self) -> Result<MemoryInfo, BackendError>;
+    fn capabilities(&self) -> Capabilities;
+    fn async_error(&self) -> Option<BackendError>;
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError>;
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError>;
     fn default_stream(&self) -> DynStream;
@@ -127,6 +129,12 @@ impl<B: Backend> DynBackend for B {
     }
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
         Backend::memory_info(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        Backend::capabilities(self)
+    }
+    fn async_error(&self) -> Option<BackendError> {
+        Backend::async_error(self)
     }
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         Backend::malloc(self, bytes)
@@ -308,6 +316,12 @@ impl Backend for AnyBackend {
     }
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
         self.0.memory_info()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    fn async_error(&self) -> Option<BackendError> {
+        self.0.async_error()
     }
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         self.0.malloc(bytes)

@@ -61,6 +61,15 @@ pub enum BackendError {
         /// How long it waited.
         millis: u64,
     },
+    /// The device is gone or unusable (reset, fell off the bus, a sticky fault): nothing
+    /// more will run on it, and every later call may fail the same way.
+    #[error("{backend}: device lost: {reason}")]
+    DeviceLost {
+        /// Backend name.
+        backend: String,
+        /// The vendor's explanation (status name and code where there is one).
+        reason: String,
+    },
     /// A fault planted by fault injection (tests and conformance only).
     #[error("{backend}: injected fault: {what}")]
     Injected {

@@ -17,7 +17,7 @@ mod error;
 mod ids;
 pub mod observe;
 pub mod process_group;
-mod race;
+pub mod race;
 mod registry;
 pub mod store;
 mod sync;
@@ -28,7 +28,7 @@ pub use allocator::{
     AllocError, AllocatorConfig, AllocatorStats, BlockRef, CachingAllocator, CallbackId,
     ConfigError, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage, WeakStorage,
 };
-pub use backend::Backend;
+pub use backend::{Backend, Capabilities};
 pub use dyn_backend::{AnyBackend, DynBackend, DynEvent, DynStream};
 pub use error::BackendError;
 pub use ids::{AllocationId, DevicePtr, MemoryInfo, StreamId, WorkId};

@@ -15,6 +15,10 @@ pub struct BackendOptions {
     pub memory_capacity: Option<u64>,
     /// Run deterministically from this seed, on backends that can (the mock).
     pub deterministic_seed: Option<u64>,
+    /// Switch the backend's own race detector off, where it has one (the mock), so that
+    /// only the `memreuse_core::race::RaceChecker` adaptor judges (`run --race-check
+    /// adaptor`). Backends without a native detector ignore it.
+    pub disable_native_race_detection: bool,
 }
 
 /// One backend linked into this binary. Submit it with `inventory::submit!`.

@@ -8,7 +8,6 @@ use memreuse_core::BackendError;
 use parking_lot::{Condvar, Mutex};
 
 use crate::config::MockConfig;
-use crate::detector::RaceLog;
 use crate::device::{MockDevice, Owner};
 use crate::error::invalid;
 use crate::joint::JointGroup;
@@ -42,12 +41,10 @@ impl MockCluster {
                     config.backing,
                     config.malloc_fault,
                 ),
-                host: crate::clock::VClock::default(),
+                host: memreuse_core::race::VClock::default(),
                 streams: Vec::new(),
                 label: Arc::from(""),
-                races: RaceLog::new(config.max_race_reports),
-                history_len: 0,
-                prune_at: 4096,
+                detector: memreuse_core::race::DeviceDetector::new(config.max_race_reports),
                 last_error: None,
             })
             .collect();

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use memreuse_core::race::{OpInfo, VClock};
 use memreuse_core::{
-    AccessKind, AllocationId, Backend, BackendError, DevicePtr, MemoryInfo, RaceReport, StreamId,
+    AccessKind, AllocationId, Backend, BackendError, Capabilities, DevicePtr, MemoryInfo,
+    RaceReport, StreamId,
 };
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::clock::VClock;
 use crate::config::MockConfig;
-use crate::detector::{Access, OpInfo};
 use crate::error::{BACKEND_NAME, invalid};
 use crate::executor::{advance, wait_until};
 use crate::memory::Span;
@@ -18,7 +18,7 @@ use crate::region::MemAccess;
 use crate::world::{Core, Op, StreamState, Work, World};
 
 /// The stream id race reports use for the host (a raw `free` racing with device work).
-pub const HOST_STREAM: StreamId = StreamId(u64::MAX);
+pub use memreuse_core::race::HOST_STREAM;
 
 /// Owns a cluster's execution: when the last device handle goes, the workers stop and
 /// queued work is dropped.
@@ -255,38 +255,41 @@ impl Backend for MockDevice {
         Ok(MemoryInfo { free, total })
     }
 
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        c.deterministic_scheduling = true;
+        c.native_race_detection = self.config().race_detection;
+        c.memory_capacity = true;
+        c.exact_delays = true;
+        c.allocation_alignment = crate::memory::ALLOCATION_ALIGNMENT;
+        c
+    }
+
+    fn async_error(&self) -> Option<BackendError> {
+        self.core().world.lock().devices[self.slot]
+            .last_error
+            .clone()
+    }
+
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         let mut w = self.core().world.lock();
-        w.devices[self.slot].memory.malloc(bytes).map(DevicePtr)
+        let detect = w.race_detection;
+        let dev = &mut w.devices[self.slot];
+        let addr = dev.memory.malloc(bytes)?;
+        if detect {
+            dev.detector.track_allocation(addr, bytes);
+        }
+        Ok(DevicePtr(addr))
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
         let mut w = self.core().world.lock();
+        let detect = w.race_detection;
         let dev = &mut w.devices[self.slot];
-        let raw = dev.memory.exact(ptr.addr())?;
+        dev.memory.exact(ptr.addr())?;
         // The host frees: every access to the allocation must be known complete by now.
-        let free_op = Arc::new(OpInfo {
-            seq: u64::MAX,
-            desc: "free".to_owned(),
-            stream: HOST_STREAM,
-        });
-        let later = Access {
-            start: ptr.addr(),
-            end: ptr.addr() + raw.len,
-            kind: AccessKind::Write,
-            comp: usize::MAX,
-            tick: 0,
-            op: free_op,
-            alloc: None,
-        };
-        let unfinished: Vec<Access> = raw
-            .history
-            .iter()
-            .filter(|a| dev.host.get(a.comp) < a.tick)
-            .cloned()
-            .collect();
-        for earlier in &unfinished {
-            dev.races.add(earlier, &later, true);
+        if detect {
+            dev.detector.free(ptr.addr(), &dev.host);
         }
         let removed = dev.memory.remove(ptr.addr());
         drop(w);
@@ -549,16 +552,9 @@ impl Backend for MockDevice {
         if !self.config().race_detection {
             return;
         }
-        let mut w = self.core().world.lock();
-        let memory = &mut w.devices[self.slot].memory;
-        // Annotations are advisory: a range outside every allocation is ignored (the
-        // ops touching it will be refused anyway).
-        if let Ok(span) = memory.span("annotate_allocation", ptr.addr(), bytes)
-            && let Some(raw) = memory.alloc_mut(span.base)
-        {
-            let (start, end) = span.range();
-            raw.annotations.annotate(start, end, id);
-        }
+        self.core().world.lock().devices[self.slot]
+            .detector
+            .annotate(ptr.addr(), bytes, id);
     }
 
     fn set_op_label(&self, label: &str) {
@@ -566,9 +562,14 @@ impl Backend for MockDevice {
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
+        // With the detector off (`MockConfig::race_detection`) this is a detector-less
+        // device: `None`, as on a backend without one.
+        if !self.config().race_detection {
+            return None;
+        }
         Some(
             self.core().world.lock().devices[self.slot]
-                .races
+                .detector
                 .reports()
                 .to_vec(),
         )

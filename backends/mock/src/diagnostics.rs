@@ -37,7 +37,7 @@ impl MockDevice {
     /// Number of distinct races found on this device, including those past the report cap.
     pub fn race_count(&self) -> u64 {
         self.owner.core.world.lock().devices[self.slot]
-            .races
+            .detector
             .found()
     }
 
@@ -51,7 +51,7 @@ impl MockDevice {
     pub fn history_len(&self) -> usize {
         let mut w = self.owner.core.world.lock();
         w.prune(self.slot);
-        w.devices[self.slot].history_len
+        w.devices[self.slot].detector.history_len()
     }
 
     /// Number of streams of this device (the default stream included).

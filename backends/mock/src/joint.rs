@@ -317,7 +317,7 @@ fn arrive(
     if slot.arrived == size {
         // A collective orders everything before it on every participant before
         // everything after it on any participant.
-        let mut joint = crate::clock::VClock::default();
+        let mut joint = memreuse_core::race::VClock::default();
         for p in slot.parts.iter().flatten() {
             joint.join(&p.clock);
         }

@@ -14,7 +14,8 @@
 //!   generator among the streams whose head op is ready, so a single-threaded host
 //!   program replays the same execution order from the same seed.
 //! - **Race detector**: vector clocks per stream and per device host, checked at enqueue
-//!   time for every declared access (see `world.rs` and `detector.rs`); reports are
+//!   time for every declared access (see `world.rs`; the engine is core's
+//!   `memreuse_core::race::DeviceDetector`, shared with the `RaceChecker` adaptor); reports are
 //!   classified [`memreuse_core::RaceKind::Schedule`] or `Reuse` by the allocator's
 //!   `annotate_allocation` ids.
 //! - **Clusters and joint ops** ([`MockCluster`], [`JointGroup`], [`JointOp`]): ops
@@ -43,12 +44,10 @@
 
 #![forbid(unsafe_code)]
 
-mod clock;
 mod cluster;
 mod comm;
 mod config;
 mod custom;
-mod detector;
 mod device;
 mod diagnostics;
 mod error;

@@ -22,6 +22,7 @@ fn open(options: &BackendOptions) -> Result<AnyBackend, BackendError> {
         capacity: options.memory_capacity.unwrap_or(DEFAULT_CAPACITY),
         deterministic_seed: options.deterministic_seed,
         first_device_index: options.device,
+        race_detection: !options.disable_native_race_detection,
         ..MockConfig::default()
     };
     Ok(AnyBackend::new(MockDevice::new(config)?))

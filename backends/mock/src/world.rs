@@ -10,12 +10,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memreuse_core::race::{DeviceDetector, OpInfo, VClock};
 use memreuse_core::{AccessKind, BackendError, StreamId};
 use parking_lot::{Condvar, Mutex};
 
-use crate::clock::VClock;
 use crate::config::MockConfig;
-use crate::detector::{Access, OpInfo, RaceLog};
 use crate::memory::{Memory, Span};
 use crate::region::JointBody;
 use memreuse_core::testing::SplitMix64;
@@ -68,10 +67,8 @@ pub(crate) struct DeviceState {
     pub streams: Vec<usize>,
     /// Label of the ops enqueued next (`set_op_label`).
     pub label: Arc<str>,
-    pub races: RaceLog,
-    /// Approximate number of stored accesses, to decide when to prune.
-    pub history_len: usize,
-    pub prune_at: usize,
+    /// The shared happens-before engine (`memreuse_core::race`), fed at enqueue time.
+    pub detector: DeviceDetector,
     /// Most recent op failure on this device, until taken.
     pub last_error: Option<BackendError>,
 }
@@ -228,76 +225,25 @@ impl World {
             desc,
             stream: StreamId(s as u64),
         });
-        if !self.race_detection {
-            return info;
-        }
-        let recorded: Vec<(u64, Access)> = accesses
-            .iter()
-            .filter(|(span, _)| span.len > 0)
-            .map(|(span, kind)| {
-                let (start, end) = span.range();
-                let alloc = dev
-                    .memory
-                    .alloc_mut(span.base)
-                    .and_then(|a| a.annotations.owner(start));
-                let acc = Access {
-                    start,
-                    end,
-                    kind: *kind,
-                    comp: s,
-                    tick,
-                    op: Arc::clone(&info),
-                    alloc,
-                };
-                (span.base, acc)
-            })
-            .collect();
-        let DeviceState { memory, races, .. } = dev;
-        let mut reported: Vec<u64> = Vec::new();
-        for (base, acc) in &recorded {
-            let Some(raw) = memory.alloc_mut(*base) else {
-                continue;
-            };
-            let mut found = Vec::new();
-            raw.history.check(acc, &st.clock, &mut found);
-            for earlier in found {
-                // One report per pair of ops, even when several of their ranges overlap.
-                if !reported.contains(&earlier.op.seq) {
-                    reported.push(earlier.op.seq);
-                    races.add(earlier, acc, false);
-                }
-            }
-        }
-        dev.history_len += recorded.len();
-        for (base, acc) in recorded {
-            if let Some(raw) = memory.alloc_mut(base) {
-                raw.history.insert(acc);
-            }
-        }
-        if dev.history_len > dev.prune_at {
-            self.prune(device);
+        if self.race_detection {
+            let ranges: Vec<_> = accesses
+                .iter()
+                .map(|(span, kind)| {
+                    let (start, end) = span.range();
+                    (start..end, *kind)
+                })
+                .collect();
+            dev.detector
+                .record_op(&info, &st.clock, s, tick, &ranges, &dev.host);
         }
         info
     }
 
-    /// Drops the history every clock of `device` has passed.
-    ///
-    /// The clocks that matter are the host's (it creates streams, which start from it,
-    /// and it frees memory) and each stream's *as of its next op*, which joins the host
-    /// clock first: `min(host, min_s(stream_s ⊔ host))`. That minimum is the host clock
-    /// itself, so history is dropped exactly when the host has observed it complete (a
-    /// synchronize, a query returning true, a blocking copy); until then only same-stream
-    /// subsumption (`History::insert`) keeps it small.
+    /// Drops the history the host of `device` has observed complete (see
+    /// [`DeviceDetector::prune`]).
     pub(crate) fn prune(&mut self, device: usize) {
         let dev = &mut self.devices[device];
-        let passed = dev.host.clone();
-        let mut len = 0;
-        for raw in dev.memory.allocs_mut() {
-            raw.history.prune(&passed);
-            len += raw.history.len();
-        }
-        dev.history_len = len;
-        dev.prune_at = (2 * len).max(4096);
+        dev.detector.prune(&dev.host);
     }
 
     /// Appends `op` to stream `s`; returns its position (what a sync waits for).

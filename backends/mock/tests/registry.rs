@@ -13,6 +13,7 @@ fn opens_by_name_with_options() {
             device: 3,
             memory_capacity: Some(4096),
             deterministic_seed: Some(9),
+            ..BackendOptions::default()
         },
     )
     .unwrap();

@@ -36,6 +36,7 @@ pub(crate) fn open_world(options: &WorldOptions) -> Result<Vec<RankEndpoint>, Ba
         capacity: options.backend.memory_capacity.unwrap_or(DEFAULT_CAPACITY),
         deterministic_seed: options.backend.deterministic_seed,
         joint_timeout: options.timeout,
+        race_detection: !options.backend.disable_native_race_detection,
         ..MockConfig::default()
     };
     Ok(open_mock_world(options.world_size, config)?

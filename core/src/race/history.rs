@@ -1,4 +1,4 @@
-//! The happens-before race detector's per-allocation access history and race log.
+//! The happens-before engine's per-allocation access history.
 //!
 //! Every access is stored with its *epoch*: the stream's clock component `comp` and the
 //! value `tick` that component had right after the op ticked it. Because each stream is
@@ -10,23 +10,13 @@
 //! entry length remembered, so the entries overlapping a range are found in
 //! O(log n + entries starting within `max_len` before it).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use memreuse_core::{AccessKind, AllocationId, RaceAccess, RaceKind, RaceReport, StreamId};
-
-use crate::clock::VClock;
-
-/// What a race report says about the op behind an access.
-#[derive(Debug)]
-pub(crate) struct OpInfo {
-    /// Cluster-wide enqueue number (distinguishes two ops with equal descriptions).
-    pub seq: u64,
-    /// Op kind and label, e.g. `memset_zero [step 3]`.
-    pub desc: String,
-    /// The stream it was enqueued on.
-    pub stream: StreamId,
-}
+use super::clock::VClock;
+use super::device::OpInfo;
+use super::report::{AccessKind, RaceAccess};
+use crate::ids::AllocationId;
 
 /// One recorded access.
 #[derive(Clone, Debug)]
@@ -54,7 +44,7 @@ impl Access {
             && other.start < self.end
     }
 
-    fn to_race_access(&self) -> RaceAccess {
+    pub(crate) fn to_race_access(&self) -> RaceAccess {
         RaceAccess {
             op: self.op.desc.clone(),
             stream: self.op.stream,
@@ -74,6 +64,7 @@ pub(crate) struct History {
 
 impl History {
     /// Number of stored accesses.
+    #[must_use]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
@@ -135,80 +126,11 @@ impl History {
     }
 }
 
-/// Race reports found on one device, deduplicated and capped.
-pub(crate) struct RaceLog {
-    reports: Vec<RaceReport>,
-    seen: HashSet<ReportKey>,
-    found: u64,
-    cap: usize,
-}
-
-type ReportKey = (String, StreamId, bool, String, StreamId, bool, u64, u64);
-
-impl RaceLog {
-    /// An empty log keeping at most `cap` reports.
-    pub(crate) fn new(cap: usize) -> RaceLog {
-        RaceLog {
-            reports: Vec::new(),
-            seen: HashSet::new(),
-            found: 0,
-            cap,
-        }
-    }
-
-    /// Reports so far.
-    pub(crate) fn reports(&self) -> &[RaceReport] {
-        &self.reports
-    }
-
-    /// Distinct races found, including those past the cap.
-    pub(crate) fn found(&self) -> u64 {
-        self.found
-    }
-
-    /// Records that `later` races with `earlier`. `reuse` forces the reuse kind (a raw
-    /// `free` while an access may still be running); otherwise the kind follows from the
-    /// allocation ids. Identical reports (same ops, streams, kinds and range) are kept once.
-    pub(crate) fn add(&mut self, earlier: &Access, later: &Access, reuse: bool) {
-        let range = earlier.start.max(later.start)..earlier.end.min(later.end);
-        let key: ReportKey = (
-            earlier.op.desc.clone(),
-            earlier.op.stream,
-            earlier.kind == AccessKind::Write,
-            later.op.desc.clone(),
-            later.op.stream,
-            later.kind == AccessKind::Write,
-            range.start,
-            range.end,
-        );
-        // Deduplication memory is bounded too: past it, races are only counted.
-        if self.seen.len() < self.cap.saturating_mul(16) && !self.seen.insert(key) {
-            return;
-        }
-        self.found += 1;
-        if self.reports.len() >= self.cap {
-            return;
-        }
-        let kind = match (earlier.alloc, later.alloc) {
-            _ if reuse => RaceKind::Reuse,
-            (Some(a), Some(b)) if a == b => RaceKind::Schedule,
-            (None, None) => RaceKind::Schedule,
-            _ => RaceKind::Reuse,
-        };
-        let report = RaceReport {
-            kind,
-            range,
-            earlier: earlier.to_race_access(),
-            later: later.to_race_access(),
-        };
-        tracing::warn!(target: "memreuse_mock", "{report}");
-        self.reports.push(report);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
+    use crate::race::AccessKind;
 
     fn acc(start: u64, end: u64, kind: AccessKind, comp: usize, tick: u64) -> Access {
         Access {

@@ -1,21 +1,22 @@
-//! Vector clocks for the happens-before race detector.
+//! Vector clocks for the happens-before race engine.
 //!
-//! One component per stream of the cluster (the stream's global index). A clock is
+//! One component per stream of the world (the stream's global index). A clock is
 //! stored densely and grows on demand: components past its length are zero, so streams
 //! created later need no update of existing clocks.
 
 /// A vector clock: `self[i]` is the number of ops of stream `i` known to happen before.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct VClock(Vec<u64>);
+pub struct VClock(Vec<u64>);
 
 impl VClock {
     /// The component of stream `i` (zero when never seen).
-    pub(crate) fn get(&self, i: usize) -> u64 {
+    #[must_use]
+    pub fn get(&self, i: usize) -> u64 {
         self.0.get(i).copied().unwrap_or(0)
     }
 
     /// Advances component `i` by one and returns its new value (the op's epoch).
-    pub(crate) fn tick(&mut self, i: usize) -> u64 {
+    pub fn tick(&mut self, i: usize) -> u64 {
         if self.0.len() <= i {
             self.0.resize(i + 1, 0);
         }
@@ -24,7 +25,7 @@ impl VClock {
     }
 
     /// Component-wise maximum with `other`: afterwards `self` knows everything `other` does.
-    pub(crate) fn join(&mut self, other: &VClock) {
+    pub fn join(&mut self, other: &VClock) {
         if self.0.len() < other.0.len() {
             self.0.resize(other.0.len(), 0);
         }

@@ -1,7 +1,8 @@
-//! Race reports, as produced by backends that check memory accesses (the mock device).
+//! Race reports, as produced by the happens-before engine (the mock's native detector and
+//! the [`super::RaceChecker`] adaptor).
 //!
 //! They live in core so that code generic over backends (the conformance runner) can read
-//! them through [`crate::Backend::race_reports`] without knowing the mock.
+//! them through [`crate::Backend::race_reports`] without knowing the backend.
 
 use std::fmt;
 use std::ops::Range;
