@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ash::vk;
-use memreuse_core::{Backend, BackendError, DevicePtr, MemoryInfo, StreamId};
+use memreuse_core::{Backend, BackendError, Capabilities, DevicePtr, MemoryInfo, StreamId};
 use parking_lot::Mutex;
 
 use crate::delay::Delays;
 use crate::handles::{Gate, VulkanEvent, VulkanStream};
-use crate::memory::{AddressSpace, Allocation, Span};
+use crate::memory::{ADDRESS_ALIGNMENT, AddressSpace, Allocation, Span};
 use crate::raw::RawDevice;
 use crate::result::{BACKEND, invalid};
 use crate::sched::{Sched, host_wait};
@@ -210,6 +210,18 @@ impl Backend for VulkanDevice {
 
     fn device_index(&self) -> usize {
         self.inner.index
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        // The backend enforces its own capacity (lavapipe never refuses an allocation).
+        c.memory_capacity = true;
+        c.allocation_alignment = ADDRESS_ALIGNMENT;
+        c
+    }
+
+    fn async_error(&self) -> Option<BackendError> {
+        self.inner.sched.lock().broken()
     }
 
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {

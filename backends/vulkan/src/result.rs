@@ -2,8 +2,8 @@
 //!
 //! `VK_ERROR_OUT_OF_DEVICE_MEMORY` and `VK_ERROR_OUT_OF_HOST_MEMORY` from an allocation
 //! are [`BackendError::OutOfMemory`] (so the caching allocator's free-and-retry chain
-//! runs); `VK_ERROR_DEVICE_LOST` and every other code are [`BackendError::Device`] with
-//! the code's name.
+//! runs); `VK_ERROR_DEVICE_LOST` is [`BackendError::DeviceLost`]; every other code is
+//! [`BackendError::Device`] with the code's name.
 
 use ash::vk;
 use memreuse_core::BackendError;
@@ -13,6 +13,12 @@ pub const BACKEND: &str = "vulkan";
 
 /// The typed error for `code` returned by `call` (any call but an allocation).
 pub fn vk_check(code: vk::Result, call: &'static str) -> BackendError {
+    if code == vk::Result::ERROR_DEVICE_LOST {
+        return BackendError::DeviceLost {
+            backend: BACKEND.to_owned(),
+            reason: format!("{call} returned VK_ERROR_DEVICE_LOST ({})", code.as_raw()),
+        };
+    }
     BackendError::Device {
         backend: BACKEND.to_owned(),
         call,
@@ -70,12 +76,21 @@ mod tests {
         let host = vk_alloc_check(vk::Result::ERROR_OUT_OF_HOST_MEMORY, "vkAllocateMemory", 7);
         assert!(host.is_out_of_memory(), "{host}");
         let lost = vk_alloc_check(vk::Result::ERROR_DEVICE_LOST, "vkAllocateMemory", 7);
-        match lost {
+        assert!(
+            matches!(&lost, BackendError::DeviceLost { reason, .. } if reason.contains("vkAllocateMemory")),
+            "{lost}"
+        );
+        let other = vk_check(vk::Result::ERROR_INITIALIZATION_FAILED, "vkCreateDevice");
+        match other {
             BackendError::Device {
-                call, code_name, ..
+                call,
+                code_name,
+                code,
+                ..
             } => {
-                assert_eq!(call, "vkAllocateMemory");
-                assert_eq!(code_name, "ERROR_DEVICE_LOST");
+                assert_eq!(call, "vkCreateDevice");
+                assert_eq!(code_name, "ERROR_INITIALIZATION_FAILED");
+                assert_eq!(code, -3);
             }
             other => panic!("expected a device error, got {other}"),
         }

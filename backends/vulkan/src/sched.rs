@@ -115,6 +115,11 @@ impl Sched {
         Ok((self.streams.len() - 1, sem))
     }
 
+    /// The error that broke this device's streams (a failed submit or host signal).
+    pub fn broken(&self) -> Option<BackendError> {
+        self.broken.clone()
+    }
+
     fn check(&self) -> Result<(), BackendError> {
         self.broken.clone().map_or(Ok(()), Err)
     }
