@@ -90,6 +90,8 @@ struct HubState {
     aborted: Option<String>,
     error: Option<CommError>,
     members_left: usize,
+    /// Something arrived since the proxy last looked (a wake-up it may have missed).
+    dirty: bool,
 }
 
 /// What every member of one communicator shares.
@@ -158,6 +160,7 @@ impl Hub {
             });
             set.slots[rank] = Some(c);
         }
+        st.dirty = true;
         drop(st);
         self.wake.notify_one();
     }
@@ -179,6 +182,7 @@ impl Hub {
                 pair.recv = Some(side);
             }
         }
+        st.dirty = true;
         drop(st);
         self.wake.notify_one();
     }
@@ -210,6 +214,7 @@ impl Hub {
             )
             .collect();
         st.opening.extend(gates);
+        st.dirty = true;
         drop(st);
         self.wake.notify_one();
     }
@@ -230,7 +235,7 @@ impl Hub {
         loop {
             let progressed = self.step();
             let mut st = self.state.lock();
-            if progressed {
+            if progressed || st.dirty {
                 continue;
             }
             let idle = st.collectives.is_empty() && st.pairs.is_empty() && st.opening.is_empty();
@@ -263,6 +268,7 @@ impl Hub {
     /// Runs everything that is ready; true when anything happened.
     fn step(&self) -> bool {
         let mut st = self.state.lock();
+        st.dirty = false;
         let mut progressed = false;
         // Collectives whose every member handed in and reached them.
         let ready: Vec<u64> = st
