@@ -83,6 +83,16 @@ pub struct RunArgs {
     /// Print less.
     #[arg(long)]
     pub quiet: bool,
+    /// Who checks races: `auto` (the backend's native detector where it has one, the
+    /// race-checking adaptor elsewhere), `adaptor` (native detectors off, the adaptor
+    /// alone), `off` (`races` null).
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "adaptor", "off"])]
+    pub race_check: String,
+    /// Fail (exit 1) when this backend is unavailable or not compiled in, instead of
+    /// skipping its runs (repeatable; implies `--backend NAME`). Runs skipped for too few
+    /// devices are counted, not failed.
+    #[arg(long = "require-backend", value_name = "NAME")]
+    pub require_backends: Vec<String>,
 }
 
 /// Arguments of `generate`.

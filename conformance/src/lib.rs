@@ -29,6 +29,7 @@
 
 pub mod cli;
 pub mod generate;
+pub mod race_check;
 pub mod reference;
 pub mod replay;
 pub mod report;

@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::RunArgs;
+use crate::race_check::RaceCheck;
 use crate::replay::{
     Artifact, ArtifactLink, ModeChoice, ReplayOptions, RunArtifacts, relative_href, replay,
 };
-use crate::report::{MemorySeries, Report, RunRecord, render_html, render_table};
+use crate::report::{
+    MemorySeries, Report, RunRecord, RunStatus, Verdict, render_html, render_table,
+};
 use crate::suite::{SuiteEntry, suite};
 use crate::validate::load;
 
@@ -34,6 +37,10 @@ pub struct Plan {
     pub backends: Vec<String>,
     /// Modes.
     pub modes: Vec<ModeChoice>,
+    /// `--race-check`.
+    pub race_check: RaceCheck,
+    /// `--require-backend` names (each also in `backends`).
+    pub required: Vec<String>,
 }
 
 /// Resolves `--backend`, `--mode`, `--schedule` and `--suite`.
@@ -47,7 +54,7 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         .map(|r| r.name.to_owned())
         .collect();
     let mut backends = Vec::new();
-    for b in &args.backends {
+    for b in args.backends.iter().chain(&args.require_backends) {
         if b == "all" {
             backends.extend(linked.iter().cloned());
         } else if known.contains(b) || linked.contains(b) {
@@ -67,7 +74,21 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
     if backends.is_empty() {
         backends = linked;
     }
-    backends.dedup();
+    let mut unique = Vec::new();
+    for b in backends {
+        if !unique.contains(&b) {
+            unique.push(b);
+        }
+    }
+    let backends = unique;
+    let race_check = match args.race_check.as_str() {
+        "" => RaceCheck::Auto,
+        other => RaceCheck::parse(other).ok_or_else(|| {
+            UsageError(format!(
+                "invalid --race-check `{other}`; valid: auto, adaptor, off"
+            ))
+        })?,
+    };
     let mut modes = Vec::new();
     for m in &args.modes {
         if m == "all" {
@@ -122,6 +143,8 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         builtin,
         backends,
         modes,
+        race_check,
+        required: args.require_backends.clone(),
     })
 }
 
@@ -165,6 +188,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 options.timeout = Duration::from_secs(60);
                 options.snapshot_dir.clone_from(&args.snapshot_dir);
                 options.trace_dir.clone_from(&args.trace_dir);
+                options.race_check = plan.race_check;
                 let outcome = if memreuse::find_backend(backend).is_none() {
                     let feature = memreuse::KNOWN_BACKENDS
                         .iter()
@@ -206,8 +230,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 }
                 let mut record = outcome.record;
                 if plan.builtin && mode == ModeChoice::Unsafe {
-                    record.negative_control_expects_reuse_race =
-                        Some(entry.negative_control_finds_reuse_race);
+                    let expects = entry.negative_control_finds_reuse_race;
+                    record.negative_control_expects_reuse_race = Some(expects);
+                    if record.status != RunStatus::Skipped {
+                        record.negative_control_verdict = Verdict::judge(expects, record.races);
+                    }
                 }
                 report.runs.push(record);
                 if !outcome.series.per_rank.is_empty() {
@@ -235,6 +262,11 @@ pub fn run(args: &RunArgs) -> ExitCode {
         counts("error"),
         counts("skipped")
     );
+    print_verdicts(&report);
+    let missing = missing_required(&plan.required, &report);
+    for m in &missing {
+        println!("required backend {m}");
+    }
     let dir = args
         .report
         .clone()
@@ -261,11 +293,112 @@ pub fn run(args: &RunArgs) -> ExitCode {
             dir.display()
         );
     }
-    if report.all_passed_or_skipped() {
+    if report.all_as_expected() && missing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Prints expected vs found for every judged negative-control run, and a tally.
+fn print_verdicts(report: &Report) {
+    let judged: Vec<&RunRecord> = report
+        .runs
+        .iter()
+        .filter(|r| {
+            r.negative_control_expects_reuse_race.is_some() && r.status != RunStatus::Skipped
+        })
+        .collect();
+    if judged.is_empty() {
+        return;
+    }
+    println!("negative control (expected vs found):");
+    let mut matching = 0;
+    for r in &judged {
+        let expected = if r.negative_control_expects_reuse_race == Some(true) {
+            "reuse race"
+        } else {
+            "no race"
+        };
+        let found = r.races.map_or_else(
+            || "nothing (no race checker ran)".to_owned(),
+            |c| format!("{} reuse, {} schedule", c.reuse, c.schedule),
+        );
+        let verdict = r
+            .negative_control_verdict
+            .map_or("unjudged", Verdict::as_str);
+        if r.as_expected() {
+            matching += 1;
+        }
+        let checker = r.race_checker.as_deref().unwrap_or("none");
+        println!(
+            "  {:<28} {:<7} expected {expected:<10} found {found:<22} by {checker:<7} {verdict}",
+            r.schedule, r.backend
+        );
+    }
+    println!(
+        "negative control: {matching} of {} verdicts match the declarations",
+        judged.len()
+    );
+}
+
+/// For each `--require-backend` name, why it cannot count as tested: not compiled in,
+/// unavailable, or every run of it skipped for a reason other than too few devices.
+fn missing_required(required: &[String], report: &Report) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in required {
+        let Some(reg) = memreuse::find_backend(name) else {
+            let feature = memreuse::KNOWN_BACKENDS
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(name.as_str(), |(_, f)| f);
+            out.push(format!(
+                "`{name}` is not compiled into this build (cargo feature `{feature}`)"
+            ));
+            continue;
+        };
+        match (reg.device_count)() {
+            Err(e) => out.push(format!("`{name}` is unavailable: {e}")),
+            Ok(0) => out.push(format!("`{name}` is unavailable: no device")),
+            Ok(_) => {
+                let runs: Vec<&RunRecord> =
+                    report.runs.iter().filter(|r| &r.backend == name).collect();
+                let unavailable: Vec<&RunRecord> = runs
+                    .iter()
+                    .copied()
+                    .filter(|r| {
+                        r.status == RunStatus::Skipped
+                            && !r.skip_reason.as_deref().is_some_and(is_too_few_devices)
+                    })
+                    .collect();
+                let too_few = runs
+                    .iter()
+                    .filter(|r| r.skip_reason.as_deref().is_some_and(is_too_few_devices))
+                    .count();
+                if too_few > 0 {
+                    println!(
+                        "required backend `{name}`: {too_few} runs skipped for too few devices"
+                    );
+                }
+                if let Some(r) = unavailable.iter().find(|r| {
+                    r.skip_reason
+                        .as_deref()
+                        .is_some_and(|s| s.contains("unavailable"))
+                }) {
+                    out.push(format!(
+                        "`{name}` is unavailable: {}",
+                        r.skip_reason.as_deref().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The replay's skip reason for a world larger than the machine.
+fn is_too_few_devices(reason: &str) -> bool {
+    reason.contains("needs ") && reason.contains(" devices")
 }
 
 /// Links from the report directory to every file a run wrote, snapshots first.

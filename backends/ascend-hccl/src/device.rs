@@ -259,6 +259,19 @@ impl Backend for AscendDevice {
         self.inner.device as usize
     }
 
+    fn capabilities(&self) -> memreuse_core::Capabilities {
+        let mut c = memreuse_core::Capabilities::default();
+        // The stand-in is the mock behind the ACL/HCCL ABI: it honours what the mock does
+        // (its configure hook takes the capacity and the seed). A real CANN install honours
+        // none of it and has no race detector.
+        if self.inner.api.is_standin() {
+            c.deterministic_scheduling = true;
+            c.memory_capacity = true;
+            c.native_race_detection = self.inner.api.memreuse_standin_race_reports.is_some();
+        }
+        c
+    }
+
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
         self.bind()?;
         let (mut free, mut total) = (0usize, 0usize);

@@ -76,6 +76,8 @@ pub struct ReplayOptions {
     pub snapshot_dir: Option<PathBuf>,
     /// Write one Chrome-trace timeline and one metrics exposition per rank here.
     pub trace_dir: Option<PathBuf>,
+    /// Who checks races (`--race-check`).
+    pub race_check: crate::race_check::RaceCheck,
 }
 
 impl ReplayOptions {
@@ -90,6 +92,7 @@ impl ReplayOptions {
             timeout: Duration::from_secs(60),
             snapshot_dir: None,
             trace_dir: None,
+            race_check: crate::race_check::RaceCheck::Auto,
         }
     }
 }
@@ -173,6 +176,7 @@ pub fn replay(
                     .unwrap_or(DEFAULT_DEVICE_MEMORY),
             ),
             deterministic_seed: options.deterministic.then(|| options.seed.unwrap_or(0)),
+            disable_native_race_detection: options.race_check.disables_native(),
         },
         timeout: options.timeout,
     };
@@ -197,6 +201,16 @@ pub fn replay(
                 artifact_errors: Vec::new(),
             };
         }
+    };
+    let (endpoints, armed) = match crate::race_check::prepare(
+        endpoints,
+        options.race_check,
+        options.deterministic,
+        options.device_memory,
+        schedule.device_memory,
+    ) {
+        Ok(a) => a,
+        Err(reason) => return skipped(reason),
     };
     let backends: Vec<_> = endpoints.iter().map(|e| e.backend.clone()).collect();
     let outcomes: Vec<RankOutcome> = std::thread::scope(|scope| {
@@ -237,10 +251,14 @@ pub fn replay(
     record.wall_ms = wall_ms;
     record.live_peak_bytes = reference.live_peak_bytes;
     record.reference_digest = Some(reference.digest.clone());
+    record.race_checker = Some(armed.checker.as_str().to_owned());
+    record.ignored_options = armed.ignored;
     let mut all_races: Vec<RaceReport> = Vec::new();
     let mut has_detector = false;
     for b in &backends {
-        if let Some(r) = memreuse_core::Backend::race_reports(b) {
+        if armed.checker != crate::race_check::Checker::None
+            && let Some(r) = memreuse_core::Backend::race_reports(b)
+        {
             has_detector = true;
             all_races.extend(r);
         }

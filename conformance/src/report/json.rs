@@ -27,11 +27,19 @@ impl Report {
         }
     }
 
-    /// True when every run passed or was skipped (the runner's exit status 0).
+    /// True when every run passed or was skipped (the runner's exit status 0 before
+    /// negative-control verdicts; see [`Report::all_as_expected`]).
     pub fn all_passed_or_skipped(&self) -> bool {
         self.runs
             .iter()
             .all(|r| matches!(r.status, RunStatus::Passed | RunStatus::Skipped))
+    }
+
+    /// The runner's exit rule: every run passed or was skipped, except that a
+    /// negative-control run with a verdict counts by its verdict (it must match the
+    /// schedule's declaration and must not have errored).
+    pub fn all_as_expected(&self) -> bool {
+        self.runs.iter().all(RunRecord::as_expected)
     }
 }
 
@@ -140,9 +148,80 @@ pub struct RunRecord {
     /// `races.reuse > 0` exactly when it is true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub negative_control_expects_reuse_race: Option<bool>,
+    /// Who judged races (optional field added by memreuse): `native` (the backend's own
+    /// detector), `adaptor` (`memreuse_core::race::RaceChecker`) or `none`
+    /// (`--race-check off`; `races` is then `null`). Absent on skipped runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub race_checker: Option<String>,
+    /// Negative-control runs of a schedule that declares its expectation (optional field
+    /// added by memreuse): `caught` (a reuse race expected and found), `missed` (expected,
+    /// not found), `unexpected` (a race found where none is declared), `clean` (none
+    /// declared, none found). `caught` and `clean` match the declaration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub negative_control_verdict: Option<Verdict>,
+    /// Command-line options the backend cannot honour and ignored for this run, by flag
+    /// (`--deterministic`, `--device-memory`; optional field added by memreuse).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored_options: Vec<String>,
+}
+
+/// The runner's judgement of one negative-control run against its schedule's declaration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// A reuse race was declared and found.
+    Caught,
+    /// A reuse race was declared and not found.
+    Missed,
+    /// A race was found where none is declared.
+    Unexpected,
+    /// None declared, none found.
+    Clean,
+}
+
+impl Verdict {
+    /// Judges a run that declares `expects_reuse_race` and found `races` (`None`: no
+    /// checker ran, so nothing can be judged).
+    pub fn judge(expects_reuse_race: bool, races: Option<RaceCounts>) -> Option<Verdict> {
+        let r = races?;
+        Some(match (expects_reuse_race, r.reuse > 0, r.schedule > 0) {
+            (_, _, true) | (false, true, _) => Verdict::Unexpected,
+            (true, true, false) => Verdict::Caught,
+            (true, false, false) => Verdict::Missed,
+            (false, false, false) => Verdict::Clean,
+        })
+    }
+
+    /// True when the run is what the schedule declares.
+    pub fn matches(self) -> bool {
+        matches!(self, Verdict::Caught | Verdict::Clean)
+    }
+
+    /// The lowercase name used in the JSON and the summary.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Caught => "caught",
+            Verdict::Missed => "missed",
+            Verdict::Unexpected => "unexpected",
+            Verdict::Clean => "clean",
+        }
+    }
 }
 
 impl RunRecord {
+    /// Whether this run is what it should be (see [`Report::all_as_expected`]).
+    pub fn as_expected(&self) -> bool {
+        match self.status {
+            RunStatus::Error => return false,
+            RunStatus::Skipped => return true,
+            RunStatus::Passed | RunStatus::Failed => {}
+        }
+        if self.negative_control_expects_reuse_race.is_some() {
+            return self.negative_control_verdict.is_some_and(Verdict::matches);
+        }
+        matches!(self.status, RunStatus::Passed | RunStatus::Skipped)
+    }
+
     /// A record with every figure zero, for `schedule` on `backend` in `mode`.
     pub fn empty(
         schedule: &str,
@@ -179,6 +258,9 @@ impl RunRecord {
             reference_digest: None,
             race_examples: Vec::new(),
             negative_control_expects_reuse_race: None,
+            race_checker: None,
+            negative_control_verdict: None,
+            ignored_options: Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@ mod json;
 mod table;
 
 pub use html::{MemorySeries, render_html};
-pub use json::{REPORT_FORMAT, RaceCounts, Report, RunRecord, RunStatus};
+pub use json::{REPORT_FORMAT, RaceCounts, Report, RunRecord, RunStatus, Verdict};
 pub use table::render_table;
 
 /// Bytes in a human unit (binary prefixes), for tables and plots.
