@@ -242,15 +242,18 @@ impl Hub {
             if idle && st.members_left == 0 {
                 return;
             }
-            if let Some(gate) = first_unreached(&st) {
-                drop(st);
-                let g = &gate.gate;
-                let _ = host_wait(&g.raw, g.sem, g.before, POLL, "proxy poll");
-            } else if idle {
-                self.wake.wait(&mut st);
-            } else {
-                let deadline = self.deadline(&st);
-                let _ = self.wake.wait_until(&mut st, deadline);
+            match next(&st) {
+                Next::Ready => {}
+                Next::WaitFor(gate) => {
+                    drop(st);
+                    let g = &gate.gate;
+                    let _ = host_wait(&g.raw, g.sem, g.before, POLL, "proxy poll");
+                }
+                Next::Sleep if idle => self.wake.wait(&mut st),
+                Next::Sleep => {
+                    let deadline = self.deadline(&st);
+                    let _ = self.wake.wait_until(&mut st, deadline);
+                }
             }
         }
     }
@@ -420,21 +423,48 @@ fn reached(g: &SharedGate) -> bool {
     g.gate.reached().unwrap_or(false)
 }
 
-/// A gate of a complete operation (or of the opening list) whose stream is not there yet.
-fn first_unreached(st: &HubState) -> Option<Arc<SharedGate>> {
+/// What the proxy should do when [`Hub::step`] found nothing to run.
+enum Next {
+    /// Something became ready since: look again now.
+    Ready,
+    /// A complete operation (or finished gate) waits for this gate's stream.
+    WaitFor(Arc<SharedGate>),
+    /// Only incomplete operations (or nothing) are held.
+    Sleep,
+}
+
+/// Decides [`Next`] from the held state (gates may have been reached after `step` looked).
+fn next(st: &HubState) -> Next {
     let complete_colls = st
         .collectives
         .values()
         .filter(|s| s.slots.iter().all(Option::is_some))
-        .flat_map(|s| s.slots.iter().flatten().map(|c| &c.gate));
+        .map(|s| {
+            s.slots
+                .iter()
+                .flatten()
+                .map(|c| &c.gate)
+                .collect::<Vec<_>>()
+        });
     let complete_pairs = st
         .pairs
         .values()
         .filter(|p| p.send.is_some() && p.recv.is_some())
-        .flat_map(|p| [&p.send, &p.recv].into_iter().flatten().map(|s| &s.gate));
-    complete_colls
-        .chain(complete_pairs)
-        .chain(st.opening.iter())
-        .find(|g| !reached(g))
-        .cloned()
+        .map(|p| {
+            [&p.send, &p.recv]
+                .into_iter()
+                .flatten()
+                .map(|s| &s.gate)
+                .collect::<Vec<_>>()
+        });
+    let singles = st.opening.iter().map(|g| vec![g]);
+    let mut wait = None;
+    for gates in complete_colls.chain(complete_pairs).chain(singles) {
+        match gates.iter().find(|g| !reached(g)) {
+            None => return Next::Ready,
+            Some(g) if wait.is_none() => wait = Some(Arc::clone(g)),
+            Some(_) => {}
+        }
+    }
+    wait.map_or(Next::Sleep, Next::WaitFor)
 }
