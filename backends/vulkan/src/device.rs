@@ -128,6 +128,12 @@ impl VulkanDevice {
         &self.inner.raw.context
     }
 
+    /// The `VkDevice` and queue behind this device (interop and the raw-driver benchmark
+    /// peer; work submitted there is outside this backend's stream order).
+    pub fn raw(&self) -> &Arc<RawDevice> {
+        &self.inner.raw
+    }
+
     /// Number of live raw allocations.
     pub fn live_allocations(&self) -> usize {
         self.inner.memory.lock().len()
