@@ -65,6 +65,12 @@ enum Flaw {
     OomIsAGenericError,
     StreamsShareAnId,
     PanicsInMemset,
+    /// Declares 4096-byte alignment the mock (512) does not give.
+    OverstatesAlignment,
+    /// `malloc(0)` reports out of memory instead of refusing the argument.
+    ZeroIsOutOfMemory,
+    /// `synchronize_device` fails (a device fault), while streams still hold work.
+    SynchronizeFails,
 }
 
 /// The mock with one flaw: what a port with that bug would look like to the kit.
@@ -86,7 +92,21 @@ impl Backend for Flawed {
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
         self.inner.memory_info()
     }
+    fn capabilities(&self) -> memreuse_core::Capabilities {
+        let mut c = self.inner.capabilities();
+        if self.flaw == Flaw::OverstatesAlignment {
+            c.allocation_alignment = 4096;
+        }
+        c
+    }
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        if self.flaw == Flaw::ZeroIsOutOfMemory && bytes == 0 {
+            return Err(BackendError::OutOfMemory {
+                backend: "flawed".into(),
+                requested: 0,
+                detail: "zero".into(),
+            });
+        }
         match self.inner.malloc(bytes) {
             Err(e) if self.flaw == Flaw::OomIsAGenericError && e.is_out_of_memory() => {
                 Err(BackendError::InvalidArgument {
@@ -141,6 +161,12 @@ impl Backend for Flawed {
         self.inner.synchronize_stream(stream)
     }
     fn synchronize_device(&self) -> Result<(), BackendError> {
+        if self.flaw == Flaw::SynchronizeFails {
+            return Err(BackendError::DeviceLost {
+                backend: "flawed".into(),
+                reason: "planted".into(),
+            });
+        }
         self.inner.synchronize_device()
     }
     fn memset_zero(
@@ -284,4 +310,42 @@ fn a_backend_that_panics_is_reported_and_the_other_checks_still_run() {
     );
     // The buffers of the interrupted checks went back to the device.
     assert_eq!(backend.inner.memory_info().unwrap().free, CAPACITY);
+}
+
+#[test]
+fn the_kit_catches_an_alignment_the_backend_does_not_give() {
+    // The mock's addresses are 512-aligned: its first allocation starts a 4096-aligned
+    // address slice, the second lies 1024 bytes further.
+    assert_eq!(
+        violations_of(Flaw::OverstatesAlignment),
+        ["allocation_alignment"]
+    );
+}
+
+#[test]
+fn the_kit_catches_a_malloc_zero_outside_the_contract() {
+    assert_eq!(violations_of(Flaw::ZeroIsOutOfMemory), ["malloc_zero"]);
+}
+
+#[test]
+fn after_a_failed_synchronize_the_kit_does_not_free_its_buffers() {
+    let inner = MockDevice::new(MockConfig::with_capacity(CAPACITY)).unwrap();
+    let backend = Arc::new(Flawed {
+        inner,
+        flaw: Flaw::SynchronizeFails,
+    });
+    let report = check_backend(&backend, &options_for("mock"));
+    let left: Vec<_> = report
+        .violations
+        .iter()
+        .filter(|v| v.what.contains("left allocated"))
+        .map(|v| v.check)
+        .collect();
+    assert!(left.contains(&"copies_round_trip"), "{report:?}");
+    // Those buffers are still allocated on the device: nothing freed memory that work
+    // might still write.
+    assert!(
+        backend.inner.memory_info().unwrap().free < CAPACITY,
+        "{report:?}"
+    );
 }

@@ -17,9 +17,10 @@
 //! - Every method may be called from any thread.
 //! - `malloc` returns addresses aligned to at least
 //!   [`Capabilities::allocation_alignment`] bytes (256 unless the backend declares more,
-//!   CUDA's guarantee). `malloc(0)` must not misbehave: it either fails with
-//!   [`BackendError::InvalidArgument`] (the mock) or returns a pointer that `free` accepts;
-//!   the caching allocator never asks for zero bytes. The contract kit
+//!   CUDA's guarantee). `malloc(0)` must not misbehave: it either fails with an error
+//!   other than [`BackendError::OutOfMemory`] ([`BackendError::InvalidArgument`] on the
+//!   mock, the vendor's invalid-parameter status on Ascend) or returns a pointer that
+//!   `free` accepts; the caching allocator never asks for zero bytes. The contract kit
 //!   ([`crate::testing::contract`]) checks both.
 
 use std::fmt::Debug;
@@ -100,8 +101,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// [`Capabilities::allocation_alignment`].
     ///
     /// Fails with [`BackendError::OutOfMemory`] when the device cannot provide them.
-    /// `bytes == 0` either fails with [`BackendError::InvalidArgument`] or returns a
-    /// pointer that [`Backend::free`] accepts.
+    /// `bytes == 0` either fails with an error other than `OutOfMemory` (preferably
+    /// [`BackendError::InvalidArgument`]) or returns a pointer that [`Backend::free`]
+    /// accepts.
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError>;
 
     /// Returns memory obtained from [`Backend::malloc`] to the device (synchronous).

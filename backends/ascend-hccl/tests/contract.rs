@@ -25,7 +25,7 @@ fn the_ascend_device_keeps_the_device_contract_through_ffi() {
     let report = check_backend(&device, &options);
     report.assert_passed();
     assert!(report.skipped.is_empty(), "{report:?}");
-    assert_eq!(report.passed.len(), 8, "{report:?}");
+    assert_eq!(report.passed.len(), 10, "{report:?}");
 }
 
 #[test]

@@ -235,13 +235,15 @@ impl Backend for CudaDevice {
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
+        // Bind first: if the context cannot be bound, the allocation stays in the table
+        // (still live, freeable later) instead of being forgotten while still allocated.
+        self.bind()?;
         if self.inner.allocations.lock().remove(&ptr.addr()).is_none() {
             return Err(error::invalid(
                 "free",
                 format!("{ptr} is not a live allocation"),
             ));
         }
-        self.bind()?;
         // SAFETY: `ptr` was returned by `cuMemAlloc` and removed from the table just now,
         // so it is freed once; the caller guarantees no enqueued work still uses it.
         unsafe { result::free_sync(ptr.addr()) }.map_err(|e| error::driver("cuMemFree", e))

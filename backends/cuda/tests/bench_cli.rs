@@ -48,6 +48,26 @@ fn json_lines(path: &Path) -> Vec<serde_json::Value> {
 }
 
 #[test]
+fn without_a_driver_a_required_device_fails_the_bench() {
+    let Some(bin) = bench_bin() else { return };
+    if device_count().is_ok() {
+        println!("skipped: a CUDA driver is present");
+        return;
+    }
+    let out = Command::new(&bin)
+        .args(["--pairs", "10", "--trace-ops", "100", "--raw-pairs", "1"])
+        .env("MEMREUSE_REQUIRE_DEVICE", "1")
+        .output()
+        .expect("spawn the bench");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("unavailable"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn bench_skips_without_a_driver_and_runs_briefly_with_one() {
     let Some(bin) = bench_bin() else { return };
     let dir = scratch("run");

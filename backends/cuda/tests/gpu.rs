@@ -1,7 +1,8 @@
 //! Tests that need a CUDA GPU (and NCCL for the communicator ones). Each checks at run time
 //! and prints `skipped: no CUDA device` (or why) instead of failing where there is none, so
 //! CI (no GPU) passes them trivially; `scripts/gpu-check.sh` runs them on a GPU machine with
-//! `--nocapture` so the skip lines show if anything was missing there.
+//! `--nocapture` and `MEMREUSE_REQUIRE_DEVICE=1`, so a missing device or library fails them
+//! there (too few devices for a multi-GPU test still skips).
 
 #![allow(
     clippy::float_cmp,
@@ -23,13 +24,18 @@ use memreuse_cuda::{CudaDevice, NcclCommunicator, device_count, open_cuda_world,
 /// Devices visible, or `None` after printing why the test is skipped.
 fn gpus(needed: usize) -> Option<usize> {
     match device_count() {
+        Ok(0) => {
+            memreuse_core::testing::skip_without_device("no CUDA device visible");
+            None
+        }
         Ok(n) if n >= needed => Some(n),
         Ok(n) => {
             println!("skipped: needs {needed} CUDA device(s), {n} visible");
             None
         }
         Err(e) => {
-            println!("skipped: no CUDA device ({e})");
+            // Fails instead with MEMREUSE_REQUIRE_DEVICE=1 (what a GPU runner sets).
+            memreuse_core::testing::skip_without_device(&format!("no CUDA device ({e})"));
             None
         }
     }
@@ -167,7 +173,7 @@ fn per_rank(world: usize, f: impl Fn(usize, &NcclCommunicator) + Sync) {
     let ranks = match open_cuda_world(world) {
         Ok(r) => r,
         Err(e @ BackendError::Unavailable { .. }) => {
-            println!("skipped: {e}");
+            memreuse_core::testing::skip_without_device(&e.to_string());
             return;
         }
         Err(e) => panic!("open world: {e}"),
@@ -252,7 +258,7 @@ fn a_single_process_launch_through_the_store() {
             assert_eq!(rank.endpoint.communicator.size(), 1);
         }
         Err(memreuse_cuda::LaunchError::Backend(e @ BackendError::Unavailable { .. })) => {
-            println!("skipped: {e}");
+            memreuse_core::testing::skip_without_device(&e.to_string());
         }
         Err(e) => panic!("launch: {e}"),
     }

@@ -11,7 +11,7 @@
 #    missing wait shows in timing), then the negative control through the adaptor;
 # 4. checks from the JSON: every run passed with the reference digest, zero leaks, zero
 #    races judged by the adaptor, nothing skipped; every negative-control verdict matches
-#    its declaration;
+#    its declaration (the runner judges it too: exit 0);
 # 5. checks that without a loader `--backend vulkan` is skipped with the reason (exit 0)
 #    and that `--require-backend vulkan` then fails (exit 1).
 #
@@ -57,13 +57,11 @@ tail -1 "$out/suite.txt"
 echo "--- suite took $((SECONDS - t0)) s"
 
 t0=$SECONDS
-echo "--- negative control on vulkan (through the race-checking adaptor)"
-set +e
+echo "--- negative control on vulkan (through the race-checking adaptor; exit 0 = every verdict matches)"
 "$bin" --quiet --backend vulkan --require-backend vulkan --mode unsafe \
   --json "$out/negative-control.json" > "$out/negative-control.txt"
-rc=$?
-set -e
-echo "--- negative control took $((SECONDS - t0)) s (exit $rc)"
+grep '^negative control:' "$out/negative-control.txt"
+echo "--- negative control took $((SECONDS - t0)) s"
 
 echo "--- without a loader: skipped with the reason; required: exit 1"
 set +e
@@ -75,9 +73,9 @@ MEMREUSE_VULKAN_LOADER=/nonexistent/libvulkan.so.1 "$bin" --quiet --backend vulk
 rc_required=$?
 set -e
 
-python3 - "$out" "$rc" "$rc_skip" "$rc_required" <<'PY'
+python3 - "$out" "$rc_skip" "$rc_required" <<'PY'
 import json, sys
-out, rc_neg, rc_skip, rc_req = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+out, rc_skip, rc_req = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 main = json.load(open(f"{out}/report.json"))
 neg = json.load(open(f"{out}/negative-control.json"))
 skip = json.load(open(f"{out}/no-loader.json"))
@@ -99,8 +97,6 @@ for r in runs:
         bad.append(f"{key}: races judged by {r.get('race_checker')}, not the adaptor")
     elif r["races"]["reuse"] + r["races"]["schedule"] != 0:
         bad.append(f"{key}: races {r['races']}")
-if rc_neg not in (0, 1):
-    bad.append(f"negative control exited {rc_neg}")
 caught = 0
 for r in neg["runs"]:
     expect = r.get("negative_control_expects_reuse_race")

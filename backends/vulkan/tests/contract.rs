@@ -21,7 +21,7 @@ fn the_vulkan_device_keeps_the_device_contract() {
     let report = check_backend(&device, &options);
     report.assert_passed();
     assert!(report.skipped.is_empty(), "{report:?}");
-    assert_eq!(report.passed.len(), 8, "{report:?}");
+    assert_eq!(report.passed.len(), 10, "{report:?}");
     assert_eq!(
         device.live_allocations(),
         0,

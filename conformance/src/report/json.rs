@@ -330,6 +330,40 @@ mod tests {
     }
 
     #[test]
+    fn verdicts_judge_the_declaration_and_decide_the_exit_rule() {
+        let counts = |reuse, schedule| Some(RaceCounts { reuse, schedule });
+        assert_eq!(Verdict::judge(true, counts(3, 0)), Some(Verdict::Caught));
+        assert_eq!(Verdict::judge(true, counts(0, 0)), Some(Verdict::Missed));
+        assert_eq!(
+            Verdict::judge(false, counts(1, 0)),
+            Some(Verdict::Unexpected)
+        );
+        assert_eq!(
+            Verdict::judge(true, counts(1, 1)),
+            Some(Verdict::Unexpected)
+        );
+        assert_eq!(Verdict::judge(false, counts(0, 0)), Some(Verdict::Clean));
+        assert_eq!(Verdict::judge(true, None), None);
+        let mut r = RunRecord::empty("a", "mock", "unsafe", 2, 1);
+        r.status = RunStatus::Failed;
+        r.negative_control_expects_reuse_race = Some(true);
+        r.negative_control_verdict = Some(Verdict::Caught);
+        assert!(
+            r.as_expected(),
+            "a caught negative control is what CI wants"
+        );
+        r.negative_control_verdict = Some(Verdict::Missed);
+        assert!(!r.as_expected());
+        r.negative_control_verdict = None;
+        assert!(!r.as_expected(), "an unjudged declaration is not a pass");
+        r.status = RunStatus::Error;
+        r.negative_control_verdict = Some(Verdict::Caught);
+        assert!(!r.as_expected(), "an errored run never matches");
+        let v = serde_json::to_value(Verdict::Unexpected).unwrap();
+        assert_eq!(v, "unexpected");
+    }
+
+    #[test]
     fn exit_status_rule_counts_failed_and_error_runs() {
         let mut report = Report::new();
         report.runs.push(RunRecord::skipped(

@@ -3,14 +3,16 @@
 //! A vendor porting memreuse to a new accelerator implements [`Backend`] (and, for the
 //! collective suite, a [`crate::comm::Communicator`]); before the conformance suite replays
 //! collective schedules on it, [`check_backend`] checks the device layer alone: memory,
-//! stream order, events ordering streams, typed out-of-memory, refused arguments, and the
-//! caching allocator running on it. Every backend in this repository runs it in its tests
+//! stream order, events ordering streams, typed out-of-memory, refused arguments,
+//! `malloc(0)` and the declared allocation alignment
+//! ([`crate::Capabilities::allocation_alignment`]), and the caching allocator running on it. Every backend in this repository runs it in its tests
 //! (the mock, the manual backend, the Ascend FFI path against its stand-in, and CUDA on a
 //! GPU), so a port is held to the same bar.
 //!
 //! Checks never panic on a misbehaving backend: each returns what went wrong (a backend
 //! method that panics is caught and reported as that check's violation; a check that stops
-//! early synchronizes the device before freeing its buffers), and
+//! early synchronizes the device before freeing its buffers, and leaves them allocated
+//! when that synchronize fails), and
 //! [`ContractReport::assert_passed`] turns the report into one test failure that lists
 //! every violation.
 
@@ -146,6 +148,8 @@ pub fn check_backend<B: Backend>(backend: &Arc<B>, options: &ContractOptions) ->
     let no_data = (!options.moves_data).then_some("moves_data = false");
     let no_progress = (!options.streams_progress).then_some("streams_progress = false");
     run("identity", None, &|| identity(b));
+    run("malloc_zero", None, &|| malloc_zero(b));
+    run("allocation_alignment", None, &|| allocation_alignment(b));
     run("copies_round_trip", no_data, &|| copies_round_trip(b));
     run("stream_order", no_data, &|| stream_order(b));
     run("event_orders_streams", no_data.or(no_progress), &|| {
@@ -226,10 +230,66 @@ fn with_buffers<B: Backend>(
     // Caught here as well as around the check, so that the buffers are freed.
     let out = guarded(|| f(x, y));
     // A check that stopped early may have left work on the buffers: never free memory
-    // the device may still write (the `free` contract), whatever the outcome.
-    let synced = call("synchronize_device", b.synchronize_device());
+    // the device may still write (the `free` contract), whatever the outcome. If the
+    // device cannot even be synchronized, nothing says the work is over: the buffers are
+    // left allocated (a leak the violation reports) rather than freed under running work.
+    if let Err(e) = b.synchronize_device() {
+        return out.and(Err(format!(
+            "synchronize_device failed: {e}; the check's two buffers were left allocated \
+             rather than freed while work may still use them"
+        )));
+    }
     let freed = call("free", b.free(x)).and(call("free", b.free(y)));
-    out.and(synced).and(freed)
+    out.and(freed)
+}
+
+/// `malloc(0)` is either refused with an error that is not out-of-memory (which would
+/// send the allocator into its free-cache-and-retry chain for nothing) or returns a
+/// pointer `free` takes.
+fn malloc_zero<B: Backend>(b: &B) -> CheckResult {
+    match b.malloc(0) {
+        Ok(p) => call("free of malloc(0)'s pointer", b.free(p)),
+        Err(e) if e.is_out_of_memory() => Err(format!(
+            "malloc(0) failed with out-of-memory ({e}); the contract allows a refused \
+             argument (InvalidArgument, or the vendor's invalid-parameter status) or a \
+             pointer that free accepts"
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Every `malloc` result is aligned to the declared `allocation_alignment`.
+fn allocation_alignment<B: Backend>(b: &B) -> CheckResult {
+    let align = b.capabilities().allocation_alignment;
+    if !align.is_power_of_two() {
+        return Err(format!(
+            "capabilities().allocation_alignment is {align}, not a power of two"
+        ));
+    }
+    let mut held = Vec::new();
+    let mut out = Ok(());
+    for bytes in [1, 3, 100, 257, 4097, 65_537] {
+        match b.malloc(bytes) {
+            Ok(p) => {
+                held.push(p);
+                if p.addr() % align != 0 {
+                    out = Err(format!(
+                        "malloc({bytes}) returned {p}, not a multiple of the declared \
+                         allocation_alignment {align}"
+                    ));
+                    break;
+                }
+            }
+            Err(e) => {
+                out = Err(format!("malloc({bytes}) failed: {e}"));
+                break;
+            }
+        }
+    }
+    for p in held {
+        out = out.and(call("free", b.free(p)));
+    }
+    out
 }
 
 fn read<B: Backend>(b: &B, src: DevicePtr, len: usize, s: &B::Stream) -> Result<Vec<u8>, String> {

@@ -16,7 +16,9 @@
 
 pub mod contract;
 mod manual;
+mod require_device;
 mod rng;
 
 pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
+pub use require_device::{REQUIRE_DEVICE_VAR, device_required, skip_without_device};
 pub use rng::SplitMix64;

@@ -9,7 +9,8 @@
 //!
 //! Output: one JSON object per (peer, workload) on stdout, and in `--json PATH`.
 //! `--write-trace PATH` writes the trace first (before touching CUDA) for the Python peers.
-//! Without a CUDA driver or device it prints `skipped: <reason>` and exits 0.
+//! Without a CUDA driver or device it prints `skipped: <reason>` and exits 0 (exit 1 with
+//! `MEMREUSE_REQUIRE_DEVICE=1`, what a GPU runner sets).
 
 use std::fs::File;
 use std::io;
@@ -244,6 +245,10 @@ fn run(args: &Args) -> Result<(), RunError> {
     let mut sink = Sink::open(args.json.as_ref())?;
     let device = match CudaDevice::open(args.device as usize) {
         Ok(d) => d,
+        Err(e @ BackendError::Unavailable { .. }) if memreuse_core::testing::device_required() => {
+            // A GPU runner sets MEMREUSE_REQUIRE_DEVICE=1: no device is a failure there.
+            return Err(RunError::Open(Box::new(e)));
+        }
         Err(e @ BackendError::Unavailable { .. }) => {
             println!("skipped: {e}");
             for peer in ["memreuse", "raw-cuMemAlloc"] {
