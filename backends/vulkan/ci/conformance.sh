@@ -12,8 +12,9 @@
 # 4. checks from the JSON: every run passed with the reference digest, zero leaks, zero
 #    races judged by the adaptor, nothing skipped; every negative-control verdict matches
 #    its declaration (the runner judges it too: exit 0);
-# 5. checks that without a loader `--backend vulkan` is skipped with the reason (exit 0)
-#    and that `--require-backend vulkan` then fails (exit 1).
+# 5. checks that without a loader (MEMREUSE_VULKAN_LOADER) or a driver (VK_DRIVER_FILES)
+#    `--backend vulkan` is skipped with the reason (exit 0) and that `--require-backend
+#    vulkan` then fails (exit 1).
 #
 # Leaves target/release/memreuse-conformance built with `--features vulkan` (later stages
 # do not use it).
@@ -63,7 +64,7 @@ echo "--- negative control on vulkan (through the race-checking adaptor; exit 0 
 grep '^negative control:' "$out/negative-control.txt"
 echo "--- negative control took $((SECONDS - t0)) s"
 
-echo "--- without a loader: skipped with the reason; required: exit 1"
+echo "--- without a loader or a driver: skipped with the reason; required: exit 1"
 set +e
 MEMREUSE_VULKAN_LOADER=/nonexistent/libvulkan.so.1 "$bin" --quiet --backend vulkan \
   --json "$out/no-loader.json" > "$out/no-loader.txt" 2>&1
@@ -71,14 +72,18 @@ rc_skip=$?
 MEMREUSE_VULKAN_LOADER=/nonexistent/libvulkan.so.1 "$bin" --quiet --backend vulkan \
   --require-backend vulkan --json "$out/no-loader-required.json" > "$out/no-loader-required.txt" 2>&1
 rc_required=$?
+VK_DRIVER_FILES=/nonexistent/icd.json "$bin" --quiet --backend vulkan \
+  --json "$out/no-driver.json" > "$out/no-driver.txt" 2>&1
+rc_no_driver=$?
 set -e
 
-python3 - "$out" "$rc_skip" "$rc_required" <<'PY'
+python3 - "$out" "$rc_skip" "$rc_required" "$rc_no_driver" <<'PY'
 import json, sys
-out, rc_skip, rc_req = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, rc_skip, rc_req, rc_no_driver = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 main = json.load(open(f"{out}/report.json"))
 neg = json.load(open(f"{out}/negative-control.json"))
 skip = json.load(open(f"{out}/no-loader.json"))
+no_driver = json.load(open(f"{out}/no-driver.json"))
 bad = []
 runs = main["runs"]
 if not runs:
@@ -114,6 +119,12 @@ for r in skip["runs"]:
     reason = r.get("skip_reason") or ""
     if r["status"] != "skipped" or "/nonexistent/libvulkan.so.1" not in reason:
         bad.append(f"without a loader {r['schedule']}: {r['status']} ({reason})")
+if rc_no_driver != 0:
+    bad.append(f"without a driver the runner exited {rc_no_driver}, expected 0 (skipped)")
+for r in no_driver["runs"]:
+    reason = r.get("skip_reason") or ""
+    if r["status"] != "skipped" or "no Vulkan driver found" not in reason:
+        bad.append(f"without a driver {r['schedule']}: {r['status']} ({reason})")
 if rc_req != 1:
     bad.append(f"--require-backend vulkan without a loader exited {rc_req}, expected 1")
 if bad:
@@ -121,5 +132,6 @@ if bad:
     sys.exit(1)
 print(f"vulkan conformance ok on lavapipe: {len(runs)} runs passed with reference digests, "
       f"zero leaks, zero races (adaptor); negative control caught reuse races on {caught} of "
-      f"{len(neg['runs'])} schedules, as declared; without a loader: skipped, and required fails")
+      f"{len(neg['runs'])} schedules, as declared; without a loader or driver: skipped, and "
+      f"--require-backend fails")
 PY
