@@ -158,8 +158,10 @@ impl Sched {
             .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
         // SAFETY: `cmd` is from this device's pool (externally synchronized: we hold the
         // scheduler lock) and not in use (spare or fresh).
-        unsafe { d.begin_command_buffer(cmd, &begin) }
-            .map_err(|e| vk_check(e, "vkBeginCommandBuffer"))?;
+        if let Err(e) = unsafe { d.begin_command_buffer(cmd, &begin) } {
+            self.spare.push(cmd);
+            return Err(vk_check(e, "vkBeginCommandBuffer"));
+        }
         record(d, cmd);
         // The host reads results through the mapping once the value is waited: make the
         // transfer writes available to it.
@@ -172,7 +174,10 @@ impl Sched {
         // SAFETY: `cmd` is recording; `dep` lives across the call.
         unsafe { d.cmd_pipeline_barrier2(cmd, &dep) };
         // SAFETY: `cmd` is recording.
-        unsafe { d.end_command_buffer(cmd) }.map_err(|e| vk_check(e, "vkEndCommandBuffer"))?;
+        if let Err(e) = unsafe { d.end_command_buffer(cmd) } {
+            self.spare.push(cmd);
+            return Err(vk_check(e, "vkEndCommandBuffer"));
+        }
         Ok(self.push(stream, Some(cmd), keep))
     }
 

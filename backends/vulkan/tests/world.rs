@@ -356,3 +356,36 @@ fn sub_groups_match_their_own_members() {
     assert_eq!(download(&w[0], bufs[0], 2), [4.0; 2]);
     assert_eq!(download(&w[2], bufs[1], 2), [4.0; 2]);
 }
+
+#[test]
+fn a_dropped_world_releases_its_devices_and_proxy_threads() {
+    let Some(w) = common::world(2, LONG) else {
+        return;
+    };
+    let raws: Vec<_> = w.iter().map(|r| std::sync::Arc::clone(r.0.raw())).collect();
+    let sub: Vec<_> = w.iter().map(|r| r.1.new_group(&[0, 1]).unwrap()).collect();
+    let bufs: Vec<_> = w.iter().map(|rank| upload(rank, &[1.0; 2])).collect();
+    for (r, rank) in w.iter().enumerate() {
+        let s = rank.0.default_stream();
+        rank.1
+            .all_reduce(bufs[r], 2, DType::F32, ReduceOp::Sum, &s)
+            .unwrap();
+        sub[r].as_ref().unwrap().barrier(&s).unwrap();
+        rank.0.delay(100, &s).unwrap();
+    }
+    for (r, rank) in w.iter().enumerate() {
+        rank.0.synchronize_device().unwrap();
+        rank.0.free(bufs[r]).unwrap();
+    }
+    drop(sub);
+    drop(w);
+    // The proxies exit once every member is gone; each held the devices of its group.
+    let start = Instant::now();
+    while raws.iter().any(|r| std::sync::Arc::strong_count(r) > 1) {
+        assert!(
+            start.elapsed() < LONG,
+            "a proxy or delay thread still holds a device"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
