@@ -6,24 +6,43 @@
 # PyTorch's native caching allocator and with its cudaMallocAsync backend, and a
 # side-by-side table goes into summary.txt. NCCL comes from PyTorch's nvidia-nccl wheel as
 # libnccl.so.2, a name cudarc does not search, so a libnccl.so symlink to it goes on
-# LD_LIBRARY_PATH. Everything is written under $OUT (default ./gpu-out); the whole run
-# stays under 6 minutes (the benchmark keeps ~95 s of it for itself).
+# LD_LIBRARY_PATH. $OUT (default ./gpu-out) ends up with exactly two files: summary.txt and
+# gpu-check.tar.gz (every log, report and JSON line file); the summary, at most 10 KB, is
+# also printed. The whole run stays under 6 minutes (the benchmark keeps ~95 s for itself).
+# Test binaries run with MEMREUSE_REQUIRE_DEVICE=1 (a missing GPU fails them instead of
+# skipping) and the suite with --require-backend cuda.
 # Usage: OUT=/some/dir scripts/gpu-check.sh [ARTIFACT_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 art="${1:-$PWD/gpu-artifacts}"
-OUT="${OUT:-$PWD/gpu-out}"
+final="${OUT:-$PWD/gpu-out}"
+mkdir -p "$final"
+final=$(cd "$final" && pwd)
+# Everything is written into a work directory, archived at the end.
+OUT="$final/gpu-check"
+rm -rf "$OUT"
 mkdir -p "$OUT"
-summary="$OUT/summary.txt"
+summary="$final/summary.txt"
 : > "$summary"
 start=$SECONDS
+export MEMREUSE_REQUIRE_DEVICE=1
+export NCCL_DEBUG=WARN
+
+finish() {
+  tar czf "$final/gpu-check.tar.gz" -C "$final" gpu-check 2>/dev/null \
+    && rm -rf "$OUT" || note "could not write gpu-check.tar.gz (logs left in $OUT)"
+  # At most 10 KB of summary on the terminal.
+  head -c 10000 "$summary"
+}
+trap finish EXIT
 budget=330          # seconds for everything below (6 min minus margin)
 reserve=0           # seconds held back for later steps (the benchmark's share)
 status=0
 
 left() { echo $((budget - (SECONDS - start))); }
-note() { echo "$*" | tee -a "$summary"; }
+# The summary is printed once, at the end (at most 10 KB); until then it only grows.
+note() { echo "$*" >> "$summary"; }
 
 # Runs "$@" with at most min($cap, time left - $reserve) seconds, output to $OUT/$log.
 step() {
@@ -47,13 +66,51 @@ if [ ! -f "$art/manifest.txt" ]; then
   exit 2
 fi
 note "artifacts of commit $(cat "$art/commit.txt" 2>/dev/null || echo unknown)"
+# Copies (scp, unzip, an upload) often drop executable bits: restore them first.
+chmod +x "$art"/bin/* "$art"/tests/* 2>/dev/null || true
+
+# What the loader sees. A CUDA toolkit's stub libcuda.so (lib64/stubs) found before the
+# driver's libcuda.so.1 makes every driver call fail: drop stub directories from
+# LD_LIBRARY_PATH and put the driver's library first under the name cudarc asks for.
+ldconfig -p > "$OUT/ldconfig.txt" 2>&1 || true
+grep -E 'libcuda\.so|libnccl' "$OUT/ldconfig.txt" > "$OUT/ldconfig-cuda.txt" 2>/dev/null || true
+clean_path=""
+IFS=':' read -r -a ld_dirs <<< "${LD_LIBRARY_PATH:-}"
+for d in "${ld_dirs[@]}"; do
+  [ -z "$d" ] && continue
+  if [ -e "$d/libcuda.so" ] && { [[ "$d" == *stubs* ]] || ! [ -e "$d/libcuda.so.1" ]; }; then
+    note "CUDA stub: $d/libcuda.so is ahead of the driver: removed $d from LD_LIBRARY_PATH"
+    continue
+  fi
+  clean_path="${clean_path:+$clean_path:}$d"
+done
+export LD_LIBRARY_PATH="$clean_path"
+driver=$(awk '/libcuda\.so\.1 / {print $NF; exit}' "$OUT/ldconfig.txt")
+if [ -n "$driver" ] && [[ "$driver" != *stubs* ]]; then
+  cuda_shim=$(mktemp -d)
+  ln -sf "$driver" "$cuda_shim/libcuda.so"
+  ln -sf "$driver" "$cuda_shim/libcuda.so.1"
+  export LD_LIBRARY_PATH="$cuda_shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  note "CUDA driver: $driver (ldconfig; linked first as libcuda.so)"
+else
+  note "CUDA driver: no libcuda.so.1 in ldconfig -p (see ldconfig-cuda.txt)"
+fi
 
 timeout 20 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || note "nvidia-smi failed (see nvidia-smi.txt)"
 
+# NCCL from the wheels PyTorch installs: nvidia-nccl (nvidia/nccl/lib), the CUDA 13 and
+# 12 meta wheels (nvidia/cu13/lib, nvidia/cu12/lib), or torch's own lib directory.
 nccl_dir=$(timeout 60 python3 -c '
-import os, nvidia.nccl
-for d in nvidia.nccl.__path__:
-    lib = os.path.join(d, "lib")
+import importlib.util, os, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+spec = importlib.util.find_spec("torch")
+cands = []
+for r in roots:
+    for sub in ("nccl", "cu13", "cu12"):
+        cands.append(os.path.join(r, "nvidia", sub, "lib"))
+if spec and spec.origin:
+    cands.append(os.path.join(os.path.dirname(spec.origin), "lib"))
+for lib in cands:
     if os.path.exists(os.path.join(lib, "libnccl.so.2")):
         print(lib)
         break
@@ -64,7 +121,7 @@ if [ -n "$nccl_dir" ]; then
   export LD_LIBRARY_PATH="$shim:$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   note "NCCL: $nccl_dir/libnccl.so.2 (symlinked as libnccl.so)"
 else
-  note "NCCL: nvidia-nccl wheel not found (communicator tests will report skipped)"
+  note "NCCL: libnccl.so.2 not found in nvidia/{nccl,cu13,cu12}/lib or torch/lib (communicator tests fail: MEMREUSE_REQUIRE_DEVICE=1)"
 fi
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" > "$OUT/env.txt"
 timeout 60 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' \
@@ -85,18 +142,26 @@ if [ -x "$art/tests/gpu" ]; then
   step test-gpu-nonblocking-init.txt 60 env MEMREUSE_NCCL_INIT_TIMEOUT_S=60 "$art/tests/gpu" \
     a_single_process_launch --nocapture --test-threads=1
 fi
-step conformance.txt 240 "$art/bin/memreuse-conformance" --backend cuda --mode all \
+step conformance.txt 240 "$art/bin/memreuse-conformance" --require-backend cuda --mode all \
   --json "$OUT/conformance.json" --report "$OUT/conformance"
 grep -h "skipped:" "$OUT"/test-*.txt > "$OUT/skipped-tests.txt" 2>/dev/null || true
+# Failing test names (not their whole output) go into the summary.
+grep -h -E "^test .* FAILED$|panicked at" "$OUT"/test-*.txt 2>/dev/null | head -20 >> "$summary" || true
 note "GPU tests that skipped themselves: $(wc -l < "$OUT/skipped-tests.txt") (see skipped-tests.txt)"
 timeout 20 python3 - "$OUT/conformance.json" >> "$summary" 2>&1 <<'PY' || status=1
 import collections, json, sys
 runs = json.load(open(sys.argv[1]))["runs"]
 count = collections.Counter(r["status"] for r in runs)
 print("conformance runs by status:", dict(count))
-for r in runs:
-    if r["status"] == "skipped":
-        print(f"  skipped {r['schedule']} mode {r['mode']}: {r['skip_reason']}")
+checkers = collections.Counter(r.get("race_checker") for r in runs if r["status"] != "skipped")
+print("race checkers:", dict(checkers))
+# Skips are counted by reason, not listed one by one (the list is in the archive).
+reasons = collections.Counter((r["skip_reason"] or "")[:120] for r in runs if r["status"] == "skipped")
+for reason, n in reasons.most_common(5):
+    print(f"  {n} skipped: {reason}")
+bad = [r for r in runs if r["status"] in ("failed", "error")]
+for r in bad[:10]:
+    print(f"  {r['status']} {r['schedule']} mode {r['mode']}: {(r.get('error') or '')[:200]} races {r.get('races')}")
 if count.get("passed", 0) == 0:
     print("no conformance run passed on the GPU")
     sys.exit(1)
@@ -111,17 +176,19 @@ trace="$OUT/bench-trace.txt"
 if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   step bench-memreuse.txt 35 "$bench" --write-trace "$trace" --json "$OUT/bench-memreuse.jsonl"
   if [ -f "$trace" ]; then
-    step bench-torch-native.txt 25 env -u PYTORCH_CUDA_ALLOC_CONF python3 "$peer_py" \
+    step bench-torch-native.txt 25 env -u PYTORCH_CUDA_ALLOC_CONF -u PYTORCH_ALLOC_CONF python3 "$peer_py" \
       --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-native.jsonl" --expect-backend native
-    step bench-torch-cudaMallocAsync.txt 25 env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync \
-      python3 "$peer_py" --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-cudaMallocAsync.jsonl" \
+    # PYTORCH_ALLOC_CONF is the current name, PYTORCH_CUDA_ALLOC_CONF the deprecated one
+    # older releases read: set both.
+    step bench-torch-cudaMallocAsync.txt 25 env PYTORCH_ALLOC_CONF=backend:cudaMallocAsync \
+      PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$peer_py" --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-cudaMallocAsync.jsonl" \
       --expect-backend cudaMallocAsync
   else
     note "SKIP PyTorch peers: memreuse-cuda-bench wrote no trace (see bench-memreuse.txt)"
   fi
   step bench-summary.txt 10 python3 "$peer_py" --summarize "$OUT"/bench-*.jsonl
   { echo "== allocator benchmark (device 0; raw JSON lines in bench-*.jsonl)"
-    cat "$OUT/bench-summary.txt" 2>/dev/null; } | tee -a "$summary"
+    cat "$OUT/bench-summary.txt" 2>/dev/null; } >> "$summary"
 else
   note "SKIP allocator benchmark: $bench or $peer_py missing (rebuild with scripts/gpu-build.sh)"
   status=1

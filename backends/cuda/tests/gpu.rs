@@ -263,3 +263,39 @@ fn a_single_process_launch_through_the_store() {
         Err(e) => panic!("launch: {e}"),
     }
 }
+
+/// The communicator contract kit on NCCL (GPU only). NCCL has no per-op timeout: a rank
+/// that never arrives waits until the kit gives up and aborts the communicators, so the
+/// two timeout checks are reported, not asserted; the matching, sub-group, point-to-point
+/// and batch checks must pass.
+#[test]
+fn nccl_keeps_the_communicator_contract() {
+    let Some(n) = gpus(2) else { return };
+    let n = n.min(4);
+    let open = |world: usize,
+                _timeout: Duration|
+     -> Result<
+        Vec<memreuse_core::testing::comm_contract::Rank<CudaDevice>>,
+        BackendError,
+    > {
+        Ok(open_cuda_world(world)?
+            .into_iter()
+            .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<CudaDevice>>))
+            .collect())
+    };
+    let options = memreuse_core::testing::comm_contract::CommContractOptions {
+        world_size: n,
+        timeout: Duration::from_secs(2),
+        grouping: true,
+    };
+    let report = memreuse_core::testing::comm_contract::check_communicator(&open, &options);
+    println!("communicator contract on {n} GPUs: {report:#?}");
+    for check in [
+        "collective_order",
+        "subgroups",
+        "p2p_pairing",
+        "group_batches",
+    ] {
+        assert!(report.passed.contains(&check), "{check}: {report:#?}");
+    }
+}

@@ -12,8 +12,9 @@
 //! (`copy_device_to_host` writes zeros).
 //!
 //! [`contract`] holds the device-level checks every backend (and every port to a new
-//! accelerator) must pass.
+//! accelerator) must pass; [`comm_contract`] the communicator-level ones, run on N ranks.
 
+pub mod comm_contract;
 pub mod contract;
 mod manual;
 mod require_device;
