@@ -183,13 +183,28 @@ impl VulkanDevice {
     }
 
     fn wait(&self, stream: &VulkanStream, value: u64, what: &str) -> Result<(), BackendError> {
-        host_wait(
-            &self.inner.raw,
-            stream.sem,
-            value,
-            self.inner.host_timeout,
-            what,
-        )
+        self.wait_at(stream.index, stream.sem, value, what)
+    }
+
+    /// Blocks until value `value` of stream `index`, then reports the stream's fault if a
+    /// gate at or before it opened without its host part (an aborted collective).
+    fn wait_at(
+        &self,
+        index: usize,
+        sem: vk::Semaphore,
+        value: u64,
+        what: &str,
+    ) -> Result<(), BackendError> {
+        host_wait(&self.inner.raw, sem, value, self.inner.host_timeout, what)?;
+        self.fault_upto(index, value)
+    }
+
+    fn fault_upto(&self, index: usize, value: u64) -> Result<(), BackendError> {
+        self.inner
+            .sched
+            .lock()
+            .fault_upto(index, value)
+            .map_or(Ok(()), Err)
     }
 
     fn enqueue(
@@ -289,23 +304,21 @@ impl Backend for VulkanDevice {
     }
 
     fn query_event(&self, event: &VulkanEvent) -> Result<bool, BackendError> {
-        let Some((_, sem, value)) = *event.at.lock() else {
+        let Some((index, sem, value)) = *event.at.lock() else {
             return Ok(true);
         };
-        Ok(crate::sched::counter(&self.inner.raw, sem)? >= value)
+        if crate::sched::counter(&self.inner.raw, sem)? < value {
+            return Ok(false);
+        }
+        self.fault_upto(index, value)?;
+        Ok(true)
     }
 
     fn synchronize_event(&self, event: &VulkanEvent) -> Result<(), BackendError> {
-        let Some((_, sem, value)) = *event.at.lock() else {
+        let Some((index, sem, value)) = *event.at.lock() else {
             return Ok(());
         };
-        host_wait(
-            &self.inner.raw,
-            sem,
-            value,
-            self.inner.host_timeout,
-            "synchronize_event",
-        )
+        self.wait_at(index, sem, value, "synchronize_event")
     }
 
     fn stream_wait_event(
@@ -334,14 +347,8 @@ impl Backend for VulkanDevice {
 
     fn synchronize_device(&self) -> Result<(), BackendError> {
         let ends = self.inner.sched.lock().ends()?;
-        for (sem, value) in ends {
-            host_wait(
-                &self.inner.raw,
-                sem,
-                value,
-                self.inner.host_timeout,
-                "synchronize_device",
-            )?;
+        for (index, (sem, value)) in ends.into_iter().enumerate() {
+            self.wait_at(index, sem, value, "synchronize_device")?;
         }
         Ok(())
     }

@@ -94,4 +94,12 @@ impl Gate {
     pub fn open(&self) {
         self.sched.lock().open_gate(self.stream, self.value);
     }
+
+    /// Opens the gate without its host part done: waits for its value (and later ones) on
+    /// this stream report `error` from now on. Same precondition as [`Gate::open`].
+    pub fn open_failed(&self, error: BackendError) {
+        let mut sched = self.sched.lock();
+        sched.fail_gate(self.stream, self.value, error);
+        sched.open_gate(self.stream, self.value);
+    }
 }

@@ -62,7 +62,8 @@ fn open(options: &BackendOptions) -> Result<AnyBackend, BackendError> {
     Ok(AnyBackend::new(VulkanDevice::open(&config)?))
 }
 
-/// Opens `options.world_size` devices and one communicator over them.
+/// Opens `options.world_size` devices and one communicator over them. Host waits on
+/// these devices give up after twice `options.timeout`.
 pub fn open_vulkan_world(
     options: &WorldOptions,
 ) -> Result<Vec<(VulkanDevice, VulkanCommunicator)>, BackendError> {
@@ -70,8 +71,15 @@ pub fn open_vulkan_world(
     if n == 0 {
         return Err(invalid("open_world", "a world needs at least one rank"));
     }
+    // As the mock's: a host wait twice as long as a missing peer is given is stuck.
+    let host_timeout = options.timeout.saturating_mul(2);
     let devices = (0..n)
-        .map(|r| VulkanDevice::open(&config_of(&options.backend, r)?))
+        .map(|r| {
+            VulkanDevice::open(&DeviceConfig {
+                host_timeout,
+                ..config_of(&options.backend, r)?
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let comms = communicators(devices.clone(), options.timeout)?;
     Ok(devices.into_iter().zip(comms).collect())

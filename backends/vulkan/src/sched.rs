@@ -64,6 +64,9 @@ struct StreamState {
     waits: Vec<Point>,
     deferred: VecDeque<Deferred>,
     in_flight: VecDeque<InFlight>,
+    /// First host-side part that failed (a collective aborted, timed out or mismatched):
+    /// its value and error. Sticky: every wait for that value or a later one reports it.
+    fault: Option<(u64, BackendError)>,
 }
 
 /// The streams of one device; every method runs under the device's scheduler lock, which
@@ -111,6 +114,7 @@ impl Sched {
             waits: Vec::new(),
             deferred: VecDeque::new(),
             in_flight: VecDeque::new(),
+            fault: None,
         });
         Ok((self.streams.len() - 1, sem))
     }
@@ -211,6 +215,25 @@ impl Sched {
             open: false,
         });
         Ok((before, s.enqueued))
+    }
+
+    /// The error a wait for `value` of `stream` must report, if a gate at or before it
+    /// opened without its host part done.
+    pub fn fault_upto(&self, stream: usize, value: u64) -> Option<BackendError> {
+        self.streams[stream]
+            .fault
+            .as_ref()
+            .filter(|(at, _)| *at <= value)
+            .map(|(_, e)| e.clone())
+    }
+
+    /// Records that gate `value` of `stream` opens without its host part (see
+    /// [`Sched::fault_upto`]); the first fault of a stream is kept.
+    pub fn fail_gate(&mut self, stream: usize, value: u64, error: BackendError) {
+        let s = &mut self.streams[stream];
+        if s.fault.is_none() {
+            s.fault = Some((value, error));
+        }
     }
 
     /// Opens gate `value` of `stream`. The caller observed the stream's counter at the

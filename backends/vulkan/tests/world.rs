@@ -212,10 +212,22 @@ fn a_member_that_never_arrives_is_a_timeout_and_the_others_streams_are_released(
         }
         other => panic!("expected a timeout, got {other}"),
     }
-    // The gates of ranks 0 and 1 opened (without data): their streams go on.
+    // The gates of ranks 0 and 1 opened without the data moving: a wait that covers the
+    // dropped collective reports the timeout (sticky, as the mock), nothing hangs.
     for r in 0..2 {
-        w[r].0.synchronize_stream(&w[r].0.default_stream()).unwrap();
-        assert_eq!(download(&w[r], bufs[r], 4), [1.0; 4]);
+        let stream = w[r].0.default_stream();
+        match w[r].0.synchronize_stream(&stream) {
+            Err(BackendError::Timeout { what, .. }) => {
+                assert!(what.contains("ranks [2]"), "{what}");
+            }
+            other => panic!("expected the timeout from the wait, got {other:?}"),
+        }
+        let mut out = [0u8; 16];
+        assert!(
+            w[r].0
+                .copy_device_to_host(&mut out, bufs[r], &stream)
+                .is_err()
+        );
     }
     let late = w[2].1.all_reduce(
         bufs[0],
@@ -244,7 +256,14 @@ fn abort_releases_every_gate_and_refuses_later_calls() {
         "held until rank 1 arrives"
     );
     w[1].1.abort();
-    w[0].0.synchronize_event(&after).unwrap();
+    match w[0].0.synchronize_event(&after) {
+        Err(BackendError::Device { code_name, .. }) => assert_eq!(code_name, "VULKAN_COMM_ABORTED"),
+        other => panic!("expected the abort from the wait, got {other:?}"),
+    }
+    assert!(
+        w[0].0.query_event(&after).is_err(),
+        "the gate opened, failed"
+    );
     assert!(matches!(
         w[0].1.async_error(),
         Some(CommError::Aborted { .. })
@@ -275,7 +294,11 @@ fn a_count_that_differs_across_members_is_an_error_on_every_member() {
             }
             other => panic!("expected a mismatch, got {other}"),
         }
-        rank.0.synchronize_device().unwrap();
+        let waited = rank.0.synchronize_device();
+        assert!(
+            waited.is_err(),
+            "the dropped all_reduce is reported by the wait"
+        );
     }
 }
 

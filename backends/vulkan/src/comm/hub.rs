@@ -36,6 +36,8 @@ pub type SubgroupKey = (u64, Vec<usize>);
 pub struct SharedGate {
     gate: Gate,
     remaining: AtomicUsize,
+    /// Set when an operation behind the gate was dropped instead of run.
+    failure: Mutex<Option<BackendError>>,
 }
 
 impl SharedGate {
@@ -44,7 +46,34 @@ impl SharedGate {
         Arc::new(SharedGate {
             gate,
             remaining: AtomicUsize::new(ops),
+            failure: Mutex::new(None),
         })
+    }
+
+    /// Marks the gate's operation as dropped (the first reason is kept).
+    fn fail(&self, error: &BackendError) {
+        self.failure.lock().get_or_insert_with(|| error.clone());
+    }
+
+    /// Opens the gate once its last operation finished (failed if any was dropped).
+    fn finish_one(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            match self.failure.lock().take() {
+                Some(e) => self.gate.open_failed(e),
+                None => self.gate.open(),
+            }
+        }
+    }
+}
+
+/// The error a stream reports for an operation its communicator dropped.
+fn dropped(reason: &str) -> BackendError {
+    BackendError::Device {
+        backend: BACKEND.to_owned(),
+        call: "communicator",
+        code: -1,
+        code_name: "VULKAN_COMM_ABORTED".to_owned(),
+        message: format!("the operation did not run: {reason}"),
     }
 }
 
@@ -151,7 +180,8 @@ impl Hub {
     pub fn contribute(&self, seq: u64, rank: usize, c: Contribution) {
         let size = self.devices.len();
         let mut st = self.state.lock();
-        if st.aborted.is_some() {
+        if let Some(reason) = &st.aborted {
+            c.gate.fail(&dropped(reason));
             st.opening.push(c.gate);
         } else {
             let set = st.collectives.entry(seq).or_insert_with(|| CollSet {
@@ -168,7 +198,8 @@ impl Hub {
     /// Hands in one side of transfer number `seq` from `sender` to `receiver`.
     pub fn transfer(&self, key: (usize, usize, u64), sending: bool, side: Side) {
         let mut st = self.state.lock();
-        if st.aborted.is_some() {
+        if let Some(reason) = &st.aborted {
+            side.gate.fail(&dropped(reason));
             st.opening.push(side.gate);
         } else {
             let pair = st.pairs.entry(key).or_insert_with(|| Pair {
@@ -200,6 +231,10 @@ impl Hub {
     /// Aborts: later calls fail, held gates open once reached.
     pub fn abort(&self, reason: String, error: Option<CommError>) {
         let mut st = self.state.lock();
+        let failure = match &error {
+            Some(CommError::Backend(e)) => e.clone(),
+            _ => dropped(&reason),
+        };
         if st.aborted.is_none() {
             st.aborted = Some(reason);
             st.error = error;
@@ -213,6 +248,9 @@ impl Hub {
                     .flat_map(|p| [p.send, p.recv].into_iter().flatten().map(|s| s.gate)),
             )
             .collect();
+        for g in &gates {
+            g.fail(&failure);
+        }
         st.opening.extend(gates);
         st.dirty = true;
         drop(st);
@@ -325,9 +363,7 @@ impl Hub {
         drop(st);
         for g in open {
             progressed = true;
-            if g.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                g.gate.open();
-            }
+            g.finish_one();
         }
         progressed
     }
@@ -348,6 +384,10 @@ impl Hub {
                 "collective #{seq} of communicator {}: rank {r} issued {}({} elements), rank 0 {kind}({count} elements)",
                 self.uid, c.kind, c.count
             );
+            let failure = dropped(&what);
+            for c in &members {
+                c.gate.fail(&failure);
+            }
             self.finish(members.into_iter().map(|c| c.gate));
             self.abort(what.clone(), Some(mismatch(what)));
             return;
@@ -369,6 +409,9 @@ impl Hub {
                 "transfer #{} of communicator {} from rank {} to rank {}: {} elements sent, {} expected",
                 key.2, self.uid, key.0, key.1, send.count, recv.count
             );
+            let failure = dropped(&what);
+            send.gate.fail(&failure);
+            recv.gate.fail(&failure);
             self.finish([send.gate, recv.gate]);
             self.abort(what.clone(), Some(mismatch(what)));
         }
