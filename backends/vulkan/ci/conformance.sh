@@ -3,8 +3,9 @@
 #
 # 1. installs the loader and lavapipe with apt when missing (mesa-vulkan-drivers libvulkan1)
 #    and pins the driver (VK_DRIVER_FILES), with llvmpipe's threads bounded (LP_NUM_THREADS);
-# 2. runs the backend's own tests with MEMREUSE_VULKAN_REQUIRE=1 (the contract kit and the
-#    communicator tests on lavapipe: a missing driver fails instead of skipping);
+# 2. runs the backend's own tests with MEMREUSE_VULKAN_REQUIRE=1 (the device and the
+#    communicator contract kits and the backend's tests on lavapipe: a missing driver fails
+#    instead of skipping);
 # 3. builds the conformance runner with `--features vulkan` and runs the built-in suite in
 #    modes 0-3 with `--backend vulkan --require-backend vulkan` (race checking through the
 #    happens-before adaptor: lavapipe runs one device's work in submission order, so no
