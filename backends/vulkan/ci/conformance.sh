@@ -3,9 +3,10 @@
 #
 # 1. installs the loader and lavapipe with apt when missing (mesa-vulkan-drivers libvulkan1)
 #    and pins the driver (VK_DRIVER_FILES), with llvmpipe's threads bounded (LP_NUM_THREADS);
-# 2. runs the backend's own tests with MEMREUSE_VULKAN_REQUIRE=1 (the device and the
-#    communicator contract kits and the backend's tests on lavapipe: a missing driver fails
-#    instead of skipping);
+# 2. runs the backend's own test binaries (those `cargo test --workspace` built in the
+#    `test` stage; run alone, this builds them) with MEMREUSE_REQUIRE_DEVICE=1: the device
+#    and communicator contract kits and the backend's tests on lavapipe, where a missing
+#    driver fails instead of skipping;
 # 3. builds the conformance runner with `--features vulkan` and runs the built-in suite in
 #    modes 0-3 with `--backend vulkan --require-backend vulkan` (race checking through the
 #    happens-before adaptor: lavapipe runs one device's work in submission order, so no
@@ -42,8 +43,25 @@ export VK_DRIVER_FILES="$icd"
 export LP_NUM_THREADS="${LP_NUM_THREADS:-2}"
 
 t0=$SECONDS
-echo "--- backend tests on lavapipe (contract kit, communicator)"
-MEMREUSE_VULKAN_REQUIRE=1 cargo test --locked -q -p memreuse-vulkan
+echo "--- backend tests on lavapipe (contract kits, device, communicator, races)"
+# The binaries `cargo test --workspace` built (the `test` stage; cargo only checks them
+# here): `cargo test -p memreuse-vulkan` would resolve features differently and rebuild
+# memreuse-core and its dependents for two minutes.
+tests=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["profile"]["test"] and "/backends/vulkan/" in m["manifest_path"]:
+        print(m["executable"])
+')
+if [ -z "$tests" ]; then
+  echo "no memreuse-vulkan test binary found" >&2
+  exit 1
+fi
+for t in $tests; do
+  MEMREUSE_REQUIRE_DEVICE=1 "$t" -q
+done
 echo "--- tests took $((SECONDS - t0)) s"
 
 t0=$SECONDS

@@ -1,24 +1,18 @@
 //! Shared by the Vulkan tests: open a device or skip when no Vulkan driver is installed
-//! (unless `MEMREUSE_VULKAN_REQUIRE=1`, which CI sets after installing lavapipe).
+//! (unless `MEMREUSE_REQUIRE_DEVICE=1`, which CI sets after installing lavapipe).
 
 #![allow(dead_code, reason = "each test binary uses part of it")]
 
 use memreuse_core::BackendError;
+use memreuse_core::testing::skip_without_device;
 use memreuse_vulkan::{DeviceConfig, VulkanDevice};
-
-/// Set to 1 to turn "no Vulkan here" into a failure instead of a skip.
-pub const REQUIRE_VAR: &str = "MEMREUSE_VULKAN_REQUIRE";
 
 /// `Some(device)`, or `None` after printing why the test is skipped.
 pub fn device(config: &DeviceConfig) -> Option<VulkanDevice> {
     match VulkanDevice::open(config) {
         Ok(d) => Some(d),
         Err(e @ BackendError::Unavailable { .. }) => {
-            assert!(
-                std::env::var(REQUIRE_VAR).as_deref() != Ok("1"),
-                "{REQUIRE_VAR}=1 but Vulkan is unavailable: {e}"
-            );
-            eprintln!("skipped: {e}");
+            skip_without_device(&e.to_string());
             None
         }
         Err(e) => panic!("opening a Vulkan device failed: {e}"),
@@ -50,11 +44,7 @@ pub fn world(
     match memreuse_vulkan::open_vulkan_world(&options) {
         Ok(w) => Some(w),
         Err(e @ BackendError::Unavailable { .. }) => {
-            assert!(
-                std::env::var(REQUIRE_VAR).as_deref() != Ok("1"),
-                "{REQUIRE_VAR}=1 but Vulkan is unavailable: {e}"
-            );
-            eprintln!("skipped: {e}");
+            skip_without_device(&e.to_string());
             None
         }
         Err(e) => panic!("opening a Vulkan world failed: {e}"),
