@@ -109,6 +109,11 @@ pub use memreuse_cuda as cuda;
 #[cfg(feature = "ascend")]
 pub use memreuse_ascend as ascend;
 
+/// The Vulkan backend (ash, loader opened at run time; CI runs it on lavapipe), with
+/// feature `vulkan`.
+#[cfg(feature = "vulkan")]
+pub use memreuse_vulkan as vulkan;
+
 /// The variable that names the backend [`open_backend_from_env`] opens.
 pub const MEMREUSE_BACKEND: &str = "MEMREUSE_BACKEND";
 
@@ -116,8 +121,12 @@ pub const MEMREUSE_BACKEND: &str = "MEMREUSE_BACKEND";
 pub const DEFAULT_BACKEND: &str = "mock";
 
 /// Backends memreuse knows about, with the cargo feature that links each.
-pub const KNOWN_BACKENDS: &[(&str, &str)] =
-    &[("mock", "mock"), ("cuda", "cuda"), ("ascend", "ascend")];
+pub const KNOWN_BACKENDS: &[(&str, &str)] = &[
+    ("mock", "mock"),
+    ("cuda", "cuda"),
+    ("ascend", "ascend"),
+    ("vulkan", "vulkan"),
+];
 
 /// Opens device `options.device` of the backend called `name`.
 ///
