@@ -296,8 +296,8 @@ pub fn replay(
     }
     record.status = if !errors.is_empty() {
         // Show the root cause first: ranks that only timed out waiting for a failed peer
-        // come after it.
-        errors.sort_by_key(|e| e.contains("timed out"));
+        // come after it, and so do ranks whose communicators a failed peer aborted.
+        errors.sort_by_key(|e| e.contains("timed out") || e.contains("aborted"));
         record.error = Some(errors.join("; "));
         RunStatus::Error
     } else if record.mismatches > 0

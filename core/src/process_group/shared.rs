@@ -33,6 +33,9 @@ pub(crate) struct PgShared<B: Backend> {
     pub(super) to_unstash: Handoff<B>,
     pub(super) counters: PgCounters,
     pub(super) aborted: AtomicBool,
+    /// The first work failure, kept for [`super::ProcessGroup::first_failure`] after the
+    /// work itself is gone (a synchronous collective's failure is seen by the watchdog).
+    pub(super) first_failure: Mutex<Option<PgError>>,
     /// The last [`WORK_SPAN_CAPACITY`] finished works, oldest first.
     pub(super) spans: Mutex<VecDeque<WorkSpan>>,
 }
@@ -76,14 +79,14 @@ impl<B: Backend> PgShared<B> {
         };
         if done {
             if let Some(source) = self.comm.async_error() {
-                if state.error().is_none() {
-                    self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
-                }
-                state.set_error(PgError::Comm {
-                    op: state.op,
-                    work: state.id,
-                    source,
-                });
+                self.fail_work(
+                    state,
+                    PgError::Comm {
+                        op: state.op,
+                        work: state.id,
+                        source,
+                    },
+                );
             }
             self.mark_completed(state);
         } else if state.issued_at.elapsed() > self.settings.timeout && state.error().is_none() {
@@ -125,10 +128,11 @@ impl<B: Backend> PgShared<B> {
     }
 
     /// Records `err` as the work's error unless it already has one (counted once).
-    fn fail_work(&self, state: &WorkState<B>, err: PgError) {
+    pub(super) fn fail_work(&self, state: &WorkState<B>, err: PgError) {
         let mut slot = state.error.lock();
         if slot.is_none() {
             self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+            self.first_failure.lock().get_or_insert_with(|| err.clone());
             *slot = Some(err);
         }
     }
