@@ -4,6 +4,7 @@
 
 mod op;
 mod parse;
+mod strict_json;
 mod topology;
 
 pub use op::{AsyncWork, BatchMember, Op, OpKind, ReduceOp};
@@ -22,6 +23,12 @@ pub const WORLD: &str = "world";
 pub const COMPUTE: &str = "compute";
 /// Largest accepted `world_size`: keeps per-rank state of hostile inputs bounded.
 pub const MAX_WORLD_SIZE: usize = 1024;
+/// Longest accepted name, in bytes: the schedule's `name` (artifact file names are
+/// derived from it), and every group, stream, tensor and work name.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest value echoed in an error message, in characters; longer ones are cut, with
+/// their full length given.
+pub const MAX_ECHO_CHARS: usize = 64;
 /// Largest accepted tensor length in elements (256 MiB of f32): the reference interpreter
 /// materialises every tensor on the host.
 pub const MAX_ELEMS: u64 = 1 << 26;
