@@ -328,6 +328,12 @@ fn launch_variables_parse_strictly() {
         ("MASTER_PORT", "29500x"),
         ("MASTER_ADDR", ""),
         ("MASTER_ADDR", "host name"),
+        // Leading zeros, rejected as `MULTI_STREAM_MEMORY_REUSE=02` is.
+        ("RANK", "00"),
+        ("RANK", "01"),
+        ("WORLD_SIZE", "04"),
+        ("LOCAL_RANK", "01"),
+        ("MASTER_PORT", "080"),
     ];
     for (var, value) in bad {
         match LaunchEnv::from_map(&with(var, Some(value))) {
