@@ -182,3 +182,34 @@ fn usage_errors_exit_2() {
     assert_eq!(cli(&["generate", "ddp"]).status.code(), Some(2));
     assert_eq!(cli(&["--help"]).status.code(), Some(0));
 }
+
+#[test]
+fn a_closed_stdout_ends_validate_normally() {
+    // `validate ... | head -1`: the reader goes away. Before: a panic, exit 101. 200
+    // errors per file, 10 times, is more than a pipe buffers, so writes must fail.
+    let ops: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"op":"free","t":"t{i}"}}"#))
+        .collect();
+    let path = tmp("many-errors.json");
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"format":"memreuse.schedule/1","name":"n","world_size":1,"body":[{}]}}"#,
+            ops.join(",")
+        ),
+    )
+    .expect("write");
+    let file = path.to_string_lossy().into_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
+        .arg("validate")
+        .args(std::iter::repeat_n(&file, 10))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("waits");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
