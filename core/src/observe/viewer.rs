@@ -274,7 +274,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError>
         Ok(meta) if !meta.file_type().is_file() => {
             return Err(ExportError::NotARegularFile {
                 path: path.display().to_string(),
-                kind: file_kind(&meta.file_type()),
+                kind: file_kind(meta.file_type()),
             });
         }
         Ok(_) => {}
@@ -302,7 +302,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError>
 }
 
 /// What a non-regular file is, in words.
-fn file_kind(t: &std::fs::FileType) -> &'static str {
+fn file_kind(t: std::fs::FileType) -> &'static str {
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
