@@ -21,7 +21,11 @@ fn leftovers(d: &Path) -> Vec<String> {
         .expect("read dir")
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".tmp"))
+        .filter(|n| {
+            Path::new(n)
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("tmp"))
+        })
         .collect()
 }
 
