@@ -103,12 +103,26 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         }
         let mut entries = Vec::new();
         let mut errors = Vec::new();
+        // Report blocks and artifact files are keyed by the schedule's name: two files
+        // with one name would merge and overwrite each other.
+        let mut sources: std::collections::HashMap<String, &Path> =
+            std::collections::HashMap::new();
         for path in &args.schedules {
             match load(path) {
-                Ok(valid) => entries.push(SuiteEntry {
-                    valid,
-                    negative_control_finds_reuse_race: false,
-                }),
+                Ok(valid) => {
+                    if let Some(first) = sources.insert(valid.schedule.name.clone(), path) {
+                        errors.push(format!(
+                            "schedule name `{}` is used by both {} and {}; names must differ within a run",
+                            valid.schedule.name,
+                            first.display(),
+                            path.display()
+                        ));
+                    }
+                    entries.push(SuiteEntry {
+                        valid,
+                        negative_control_finds_reuse_race: false,
+                    });
+                }
                 Err(e) => errors.push(e.to_string()),
             }
         }
@@ -117,6 +131,20 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         }
         (entries, false)
     };
+    for (flag, dir) in [
+        ("--snapshot-dir", &args.snapshot_dir),
+        ("--trace-dir", &args.trace_dir),
+    ] {
+        if let Some(dir) = dir
+            && dir.exists()
+            && !dir.is_dir()
+        {
+            return Err(UsageError(format!(
+                "{flag} {} is not a directory",
+                dir.display()
+            )));
+        }
+    }
     Ok(Plan {
         entries,
         builtin,

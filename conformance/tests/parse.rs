@@ -156,11 +156,13 @@ fn duplicate_keys_are_rejected_everywhere() {
 #[test]
 fn long_names_are_rejected_and_huge_values_are_not_echoed_in_full() {
     let long = "x".repeat(129);
+    // Before: a 300-character name was accepted, and its artifact files were never written.
     let e = err(&format!(
-        r#"{{"format":"memreuse.schedule/1","name":"{long}","world_size":1,"body":[]}}"#
+        r#"{{"format":"memreuse.schedule/1","name":"{}","world_size":1,"body":[]}}"#,
+        "x".repeat(65)
     ));
     assert!(
-        matches!(&e.kind, P::NameTooLong { what, len: 129, .. } if what == "name"),
+        matches!(&e.kind, P::NameTooLong { what, len: 65, max: 64, .. } if what == "name"),
         "{e}"
     );
     let e = err(&with_body(&format!(

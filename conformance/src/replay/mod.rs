@@ -294,6 +294,13 @@ pub fn replay(
             checks.iter().flatten().flatten().copied(),
         ));
     }
+    // A file asked for and not written fails the run: the user would otherwise find a
+    // stale or missing snapshot behind a "passed".
+    errors.extend(
+        artifact_errors
+            .iter()
+            .map(|e| format!("could not write an artifact: {e}")),
+    );
     record.status = if !errors.is_empty() {
         // Show the root cause first: ranks that only timed out waiting for a failed peer
         // come after it, and so do ranks whose communicators a failed peer aborted.

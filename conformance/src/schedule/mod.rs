@@ -23,9 +23,11 @@ pub const WORLD: &str = "world";
 pub const COMPUTE: &str = "compute";
 /// Largest accepted `world_size`: keeps per-rank state of hostile inputs bounded.
 pub const MAX_WORLD_SIZE: usize = 1024;
-/// Longest accepted name, in bytes: the schedule's `name` (artifact file names are
-/// derived from it), and every group, stream, tensor and work name.
+/// Longest accepted group, stream, tensor or work name, in bytes.
 pub const MAX_NAME_BYTES: usize = 128;
+/// Longest accepted schedule `name`, in bytes: artifact file names escape each byte to
+/// at most three characters and must stay within 255 bytes.
+pub const MAX_SCHEDULE_NAME_BYTES: usize = 64;
 /// Longest value echoed in an error message, in characters; longer ones are cut, with
 /// their full length given.
 pub const MAX_ECHO_CHARS: usize = 64;

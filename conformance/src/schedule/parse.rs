@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{FORMAT, MAX_ECHO_CHARS, MAX_NAME_BYTES, Op, OpKind, Phase, Schedule};
+use super::{
+    FORMAT, MAX_ECHO_CHARS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, Op, OpKind, Phase, Schedule,
+};
 
 /// Why a schedule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,8 +42,9 @@ pub enum ParseErrorKind {
     /// A JSON object has the same key twice (rejected: JSON leaves it undefined).
     #[error("{0}: every key may appear once per object")]
     DuplicateKey(String),
-    /// A name longer than [`MAX_NAME_BYTES`].
-    #[error("{what} {value:?} is {len} bytes long; names may have at most {max} bytes", max = MAX_NAME_BYTES)]
+    /// A name longer than its limit ([`MAX_SCHEDULE_NAME_BYTES`] for the schedule's
+    /// `name`, [`MAX_NAME_BYTES`] for the others).
+    #[error("{what} {value:?} is {len} bytes long; at most {max} bytes are accepted")]
     NameTooLong {
         /// Which name (`name`, `group`, `stream`, or the op field).
         what: String,
@@ -49,6 +52,8 @@ pub enum ParseErrorKind {
         value: String,
         /// Its length in bytes.
         len: usize,
+        /// The limit.
+        max: usize,
     },
 }
 
@@ -61,13 +66,19 @@ pub(crate) fn clip(s: &str) -> String {
     }
 }
 
-/// Fails on a name longer than [`MAX_NAME_BYTES`].
+/// Fails on a name longer than its limit.
 fn check_name(what: &str, name: &str) -> Result<(), ParseErrorKind> {
-    if name.len() > MAX_NAME_BYTES {
+    let max = if what == "name" {
+        MAX_SCHEDULE_NAME_BYTES
+    } else {
+        MAX_NAME_BYTES
+    };
+    if name.len() > max {
         return Err(ParseErrorKind::NameTooLong {
             what: what.to_owned(),
             value: clip(name),
             len: name.len(),
+            max,
         });
     }
     Ok(())
