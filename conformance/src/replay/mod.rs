@@ -94,6 +94,11 @@ impl ReplayOptions {
     }
 }
 
+/// Stack of a rank thread: a rank runs its ops one at a time without recursion, and a
+/// replay at world size 1024 runs 1024 of them (the default 2 MiB each reserved 2 GiB of
+/// address space and aborted under `ulimit -v`).
+pub const RANK_STACK_BYTES: usize = 512 << 10;
+
 /// Default device capacity when neither the schedule nor the options give one (mock).
 pub const DEFAULT_DEVICE_MEMORY: u64 = 1 << 30;
 
@@ -207,6 +212,7 @@ pub fn replay(
                 let expected = reference.checks.get(rank).cloned().unwrap_or_default();
                 std::thread::Builder::new()
                     .name(format!("rank-{rank}"))
+                    .stack_size(RANK_STACK_BYTES)
                     .spawn_scoped(scope, move || {
                         rank::run_rank(schedule, endpoint, &expected, options)
                     })

@@ -19,12 +19,21 @@ use crate::schedule::{
 /// Host bytes one expanded step costs the validator and the replay (program, plan events
 /// and per-step series), measured on a 9.9 M-step schedule and rounded up.
 pub const HOST_BYTES_PER_STEP: u64 = 400;
+/// How many copies of every live tensor a run holds: the reference interpreter's, and the
+/// device's (the mock backs device memory with host memory).
+pub const TENSOR_COPIES: u64 = 2;
 /// How many copies of every checked value a run holds at once (the reference, the
 /// validated schedule handed to the runner, each rank's read-back and the digest input).
 pub const CHECK_COPIES: u64 = 4;
-/// Host bytes one replay thread reserves: its stack (rank threads and stream workers
-/// are spawned with at most this much, see `replay::RANK_STACK_BYTES`) plus a margin.
-pub const HOST_BYTES_PER_THREAD: u64 = 640 << 10;
+/// Host bytes a rank thread reserves: its stack ([`crate::replay::RANK_STACK_BYTES`],
+/// 512 KiB) plus 128 KiB for its guard page, signal stack, thread-locals and bookkeeping.
+pub const HOST_BYTES_PER_RANK_THREAD: u64 = 640 << 10;
+/// Host bytes a stream's worker thread reserves (the mock's threaded mode: a 256 KiB
+/// stack plus the same margin).
+pub const HOST_BYTES_PER_STREAM_THREAD: u64 = 384 << 10;
+/// Host bytes a process group's watchdog thread reserves (a 128 KiB stack plus the same
+/// margin).
+pub const HOST_BYTES_PER_WATCHDOG_THREAD: u64 = 256 << 10;
 
 /// What running a schedule costs, as estimated before anything runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +55,8 @@ pub struct Cost {
     /// one communication stream per group list it is in, world included) and one
     /// watchdog per group list it is in.
     pub threads: u64,
+    /// What those threads reserve (see `HOST_BYTES_PER_*_THREAD`).
+    pub thread_bytes: u64,
 }
 
 impl Cost {
@@ -53,9 +64,9 @@ impl Cost {
     pub fn host_bytes(&self) -> u64 {
         self.steps
             .saturating_mul(HOST_BYTES_PER_STEP)
-            .saturating_add(self.reference_bytes)
+            .saturating_add(self.reference_bytes.saturating_mul(TENSOR_COPIES))
             .saturating_add(self.checked_bytes.saturating_mul(CHECK_COPIES))
-            .saturating_add(self.threads.saturating_mul(HOST_BYTES_PER_THREAD))
+            .saturating_add(self.thread_bytes)
     }
 }
 
@@ -107,9 +118,13 @@ pub fn cost(s: &Schedule) -> Cost {
             .filter(|lists| lists.iter().any(|l| l.contains(&rank)))
             .count() as u64
             + 1;
-        total.threads = total
-            .threads
-            .saturating_add(2 + s.streams.len() as u64 + 2 * lists);
+        let streams = 1 + s.streams.len() as u64 + lists;
+        total.threads = total.threads.saturating_add(1 + streams + lists);
+        total.thread_bytes = total.thread_bytes.saturating_add(
+            HOST_BYTES_PER_RANK_THREAD
+                + streams * HOST_BYTES_PER_STREAM_THREAD
+                + lists * HOST_BYTES_PER_WATCHDOG_THREAD,
+        );
     }
     total
 }

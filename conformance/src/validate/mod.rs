@@ -20,7 +20,9 @@ mod structure;
 
 pub use kind::ValidationErrorKind;
 pub use limits::{
-    CHECK_COPIES, Cost, HOST_BYTES_PER_STEP, HOST_BYTES_PER_THREAD, cost, expanded_steps,
+    CHECK_COPIES, Cost, HOST_BYTES_PER_RANK_THREAD, HOST_BYTES_PER_STEP,
+    HOST_BYTES_PER_STREAM_THREAD, HOST_BYTES_PER_WATCHDOG_THREAD, TENSOR_COPIES, cost,
+    expanded_steps,
 };
 
 use std::collections::HashSet;

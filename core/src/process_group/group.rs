@@ -77,6 +77,7 @@ impl<B: Backend> ProcessGroup<B> {
             counters: PgCounters::default(),
             aborted: AtomicBool::new(false),
             first_failure: Mutex::new(None),
+            watchdog_signal: Arc::new((Mutex::new(false), parking_lot::Condvar::new())),
             spans: Mutex::new(std::collections::VecDeque::new()),
         });
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
@@ -506,7 +507,7 @@ impl<B: Backend> ProcessGroup<B> {
             sh.policy.after_launch(&cx, &state, out);
         }
         sh.counters.works_issued.fetch_add(1, Ordering::Relaxed);
-        sh.inflight.lock().push(Arc::clone(&state));
+        sh.work_issued(Arc::clone(&state));
         let work = Work {
             state,
             group: Arc::clone(sh),
