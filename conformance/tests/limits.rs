@@ -133,7 +133,7 @@ fn expanded(s: &Schedule) -> (u64, u64, u64) {
                     ops += size(t);
                     checked += size(t) * 4;
                 }
-                OpKind::AllReduce { t, .. } => ops += size(t) * s.world_size as u64,
+                OpKind::AllReduce { t, .. } => ops += size(t),
                 _ => {}
             }
         }

@@ -52,8 +52,8 @@ pub const MAX_DELAY_US: u64 = 1_000_000;
 /// the 60 s communicator timeout, so a delayed peer never looks like a dead one.
 pub const MAX_DELAY_TOTAL_US: u64 = 10_000_000;
 /// Largest number of element operations of the reference interpreter over all ranks and
-/// iterations (2^31, a few seconds of host time): per executing rank, the elements each
-/// op reads or writes, collectives times their group size.
+/// iterations (2^31, a few seconds of host time): per executing rank, the elements of
+/// the tensors each op reads or writes.
 pub const MAX_ELEMENT_OPS: u64 = 1 << 31;
 /// Largest number of host threads a replay may need (one per rank, one per stream, one
 /// watchdog per group list): a thread that cannot be spawned aborts the process.

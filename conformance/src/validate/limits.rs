@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use super::{Sink, ValidationErrorKind as K};
 use crate::schedule::{
     BatchMember, MAX_DELAY_TOTAL_US, MAX_DELAY_US, MAX_ELEMENT_OPS, MAX_ELEMS, MAX_HOST_BYTES,
-    MAX_ITERATIONS, MAX_STEPS, MAX_THREADS, MAX_WORLD_SIZE, OpKind, Phase, Schedule, Topology,
+    MAX_ITERATIONS, MAX_STEPS, MAX_THREADS, MAX_WORLD_SIZE, OpKind, Phase, Schedule,
 };
 
 /// Host bytes one expanded step costs the validator and the replay (program, plan events
@@ -41,7 +41,7 @@ pub struct Cost {
     /// Op executions over all ranks, iterations expanded (the body counted at least once).
     pub steps: u64,
     /// Element operations of the reference interpreter: per executing rank, the elements
-    /// an op reads or writes (collectives: times the group size).
+    /// of the tensors an op reads or writes.
     pub element_ops: u64,
     /// Max over ranks of the peak bytes of live tensors (the report's `live_peak_bytes`).
     pub live_peak_bytes: u64,
@@ -81,7 +81,6 @@ pub fn expanded_steps(s: &Schedule) -> u64 {
 
 /// The cost of `s`: one walk per rank over each op at most three times.
 pub fn cost(s: &Schedule) -> Cost {
-    let topo = Topology::new(s);
     let ranks = s.world_size.min(MAX_WORLD_SIZE);
     let mut total = Cost {
         steps: expanded_steps(s),
@@ -91,7 +90,6 @@ pub fn cost(s: &Schedule) -> Cost {
     for rank in 0..ranks {
         let mut walk = RankWalk {
             rank,
-            topo: &topo,
             sizes: HashMap::new(),
             now: 0,
             peak: 0,
@@ -132,7 +130,6 @@ pub fn cost(s: &Schedule) -> Cost {
 /// One rank's walk: tensor sizes and the running totals.
 struct RankWalk<'a> {
     rank: usize,
-    topo: &'a Topology,
     sizes: HashMap<&'a str, u64>,
     now: u64,
     peak: u64,
@@ -147,10 +144,6 @@ impl<'a> RankWalk<'a> {
         let (mut ops, mut checked, mut delay) = (0u64, 0u64, 0u64);
         for op in s.phase_ops(phase).iter().filter(|op| op.runs_on(self.rank)) {
             let size = |t: &str| self.sizes.get(t).copied().unwrap_or(0);
-            let group = |g: Option<&str>| {
-                g.and_then(|g| self.topo.locate(g, self.rank))
-                    .map_or(1, |l| l.members.len() as u64)
-            };
             let touched = match &op.kind {
                 OpKind::Alloc { t, elems, .. } => {
                     let bytes = elems.saturating_mul(4);
@@ -166,38 +159,22 @@ impl<'a> RankWalk<'a> {
                     self.now = self.now.saturating_sub(old.saturating_mul(4));
                     0
                 }
-                OpKind::Upload { t, .. } | OpKind::Zero { t } | OpKind::Broadcast { t, .. } => {
-                    size(t)
-                }
+                OpKind::Upload { t, .. }
+                | OpKind::Zero { t }
+                | OpKind::Broadcast { t, .. }
+                | OpKind::AllReduce { t, .. }
+                | OpKind::Send { t, .. }
+                | OpKind::Recv { t, .. } => size(t),
                 OpKind::Check { t } => {
                     checked = checked.saturating_add(size(t).saturating_mul(4));
                     size(t)
                 }
                 OpKind::Copy { src, elems, .. } => elems.unwrap_or_else(|| size(src)),
-                OpKind::AllReduce { t, group: g, .. } => {
-                    size(t).saturating_mul(group(Some(g.as_deref().unwrap_or("world"))))
-                }
-                OpKind::AllGather {
-                    input,
-                    out,
-                    group: g,
-                    ..
-                }
-                | OpKind::ReduceScatter {
-                    input,
-                    out,
-                    group: g,
-                    ..
-                }
-                | OpKind::AllToAll {
-                    input,
-                    out,
-                    group: g,
-                    ..
-                } => size(input)
-                    .saturating_add(size(out))
-                    .saturating_mul(group(Some(g.as_deref().unwrap_or("world")))),
-                OpKind::Send { t, .. } | OpKind::Recv { t, .. } => size(t),
+                // The interpreter runs a collective once for all members, touching each
+                // member's tensors a bounded number of times: per rank, its own elements.
+                OpKind::AllGather { input, out, .. }
+                | OpKind::ReduceScatter { input, out, .. }
+                | OpKind::AllToAll { input, out, .. } => size(input).saturating_add(size(out)),
                 OpKind::Batch { ops: members, .. } => members
                     .iter()
                     .map(|m| match m {
