@@ -128,12 +128,13 @@ fn expanded(s: &Schedule) -> (u64, u64, u64) {
                     ops += elems;
                 }
                 OpKind::Free { t } => now -= sizes.remove(t).unwrap_or(0) * 4,
-                OpKind::Upload { t, .. } | OpKind::Zero { t } => ops += size(t),
+                OpKind::Upload { t, .. } | OpKind::Zero { t } | OpKind::AllReduce { t, .. } => {
+                    ops += size(t);
+                }
                 OpKind::Check { t } => {
                     ops += size(t);
                     checked += size(t) * 4;
                 }
-                OpKind::AllReduce { t, .. } => ops += size(t),
                 _ => {}
             }
         }
