@@ -119,10 +119,10 @@ fn the_largest_checked_values_run_under_the_budget() {
 
 #[test]
 fn the_largest_program_validates_under_the_budget() {
-    // 2,000,000 steps: 200 ranks x 10,000 iterations of one barrier.
+    // 1,000,000 steps: 100 ranks x 10,000 iterations of one barrier.
     let (path, s) = write(
         "steps",
-        &json!({"format": "memreuse.schedule/1", "name": "steps", "world_size": 200,
+        &json!({"format": "memreuse.schedule/1", "name": "steps", "world_size": 100,
                 "iterations": 10_000, "body": [{"op": "barrier"}]}),
     );
     assert!(cost(&s).host_bytes() <= MAX_HOST_BYTES);

@@ -43,7 +43,7 @@ pub const MAX_HOST_BYTES: u64 = 1 << 31;
 /// Largest accepted number of op executions over all ranks, iterations expanded (the
 /// body counted at least once): the validator and the reference interpreter hold every
 /// rank's expanded program.
-pub const MAX_STEPS: u64 = 2_000_000;
+pub const MAX_STEPS: u64 = 1_000_000;
 /// Largest accepted `iterations`: validation replays every iteration.
 pub const MAX_ITERATIONS: u32 = 10_000;
 /// Largest `us` of one `delay` op (1 s).
