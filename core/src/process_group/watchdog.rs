@@ -44,13 +44,14 @@ impl Watchdog {
                         // Checked under the signal's lock: a work issued after this check
                         // wakes us (`PgShared::work_issued` takes the same lock).
                         let idle = weak.upgrade().is_none_or(|s| s.nothing_in_flight());
-                        if !*stopped {
-                            if idle {
-                                cv.wait(&mut stopped);
-                            } else {
-                                cv.wait_for(&mut stopped, interval);
-                            }
+                        if idle && !*stopped {
+                            cv.wait(&mut stopped);
                         }
+                        // One full interval before each scan, however often works are
+                        // issued (each issue notifies): the polling cadence stays what it
+                        // was, only idle time is spent asleep.
+                        let deadline = std::time::Instant::now() + interval;
+                        while !*stopped && !cv.wait_until(&mut stopped, deadline).timed_out() {}
                         if *stopped {
                             return;
                         }
