@@ -19,7 +19,7 @@ pub enum EnvError {
         expected: &'static str,
     },
     /// The variable is set to something invalid.
-    #[error("{var}={value:?} is invalid: expected {expected}")]
+    #[error("{var}={} is invalid: expected {expected}", crate::error::clip(value))]
     Invalid {
         /// The variable.
         var: &'static str,

@@ -335,6 +335,12 @@ fn launch_variables_parse_strictly() {
         ("LOCAL_RANK", "01"),
         ("MASTER_PORT", "080"),
     ];
+    // A 100 KB value is not echoed in full.
+    let huge = "9".repeat(100_000);
+    let text = LaunchEnv::from_map(&with("RANK", Some(&huge)))
+        .expect_err("invalid")
+        .to_string();
+    assert!(text.len() < 300 && text.contains("100000 bytes"), "{text}");
     for (var, value) in bad {
         match LaunchEnv::from_map(&with(var, Some(value))) {
             Err(e @ EnvError::Invalid { var: v, .. }) => {
