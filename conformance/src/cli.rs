@@ -152,28 +152,33 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
 /// Standard output that survives its reader going away (`validate ... | head -1`):
 /// `println!` panics on a broken pipe (exit 101); this stops writing instead, and the
 /// command ends normally with its own status.
-struct Stdout {
+pub(crate) struct Stdout {
     failed: Option<std::io::Error>,
 }
 
 impl Stdout {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { failed: None }
     }
 
     /// Writes one line; after a failed write, nothing more is written.
-    fn line(&mut self, text: &str) {
+    pub(crate) fn line(&mut self, text: &str) {
+        self.text(&format!("{text}\n"));
+    }
+
+    /// Writes `text` as it is; after a failed write, nothing more is written.
+    pub(crate) fn text(&mut self, text: &str) {
         use std::io::Write;
         if self.failed.is_none() {
             let mut lock = std::io::stdout().lock();
-            if let Err(e) = writeln!(lock, "{text}").and_then(|()| lock.flush()) {
+            if let Err(e) = lock.write_all(text.as_bytes()).and_then(|()| lock.flush()) {
                 self.failed = Some(e);
             }
         }
     }
 
     /// `status`, or exit 1 when stdout failed other than by its reader closing it.
-    fn status(self, status: ExitCode) -> ExitCode {
+    pub(crate) fn status(self, status: ExitCode) -> ExitCode {
         match self.failed {
             Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                 eprintln!("memreuse-conformance: cannot write to standard output: {e}");

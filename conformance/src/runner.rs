@@ -246,7 +246,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     }
     bar.finish_and_clear();
-    print!("{}", render_table(&report));
+    // Survives a closed stdout (`run ... | head`): see `cli::Stdout`.
+    let mut out = crate::cli::Stdout::new();
+    out.text(&render_table(&report));
     let wall = started.elapsed().as_secs_f64();
     let counts = |s: &str| {
         report
@@ -255,14 +257,14 @@ pub fn run(args: &RunArgs) -> ExitCode {
             .filter(|r| r.status.as_str() == s)
             .count()
     };
-    println!(
+    out.line(&format!(
         "{} runs in {wall:.1} s: {} passed, {} failed, {} errors, {} skipped",
         report.runs.len(),
         counts("passed"),
         counts("failed"),
         counts("error"),
         counts("skipped")
-    );
+    ));
     let dir = args
         .report
         .clone()
@@ -274,7 +276,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             ("timelines", &args.trace_dir),
         ] {
             if let Some(d) = d {
-                println!("{flag}: {}", d.display());
+                out.line(&format!("{flag}: {}", d.display()));
             }
         }
     }
@@ -283,17 +285,17 @@ pub fn run(args: &RunArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     if !args.quiet {
-        println!(
+        out.line(&format!(
             "report: {}/report.json, {}/report.html",
             dir.display(),
             dir.display()
-        );
+        ));
     }
-    if report.all_passed_or_skipped() {
+    out.status(if report.all_passed_or_skipped() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    })
 }
 
 /// Links from the report directory to every file a run wrote, snapshots first.
