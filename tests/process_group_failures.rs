@@ -255,3 +255,43 @@ fn process_group_timeout_fails_the_work_and_aborts_the_group() {
         }
     }
 }
+
+#[test]
+fn an_aborted_group_refuses_sub_groups_and_fails_its_peers_at_once() {
+    let mut setup = Setup::new(2, ReuseMode::AvoidRecordStream);
+    setup.expect_device_errors = true;
+    // Long: a peer left waiting would report a timeout, not the abort.
+    setup.timeout = Duration::from_secs(600);
+    setup.blocking_wait = true;
+    let out = run(&setup, |r| {
+        let c = &r.compute;
+        let t = r.tensor(ELEMS, 1.0, c);
+        if r.rank == 1 {
+            // Rank 1 fails before the collective and aborts, as a failing rank must.
+            r.pg.abort();
+            assert!(r.pg.is_aborted());
+            let refused = r.pg.new_group(&[0, 1]).map(|g| g.is_some());
+            drop(t);
+            return refused.map_err(|e| e.to_string());
+        }
+        let result =
+            r.pg.all_reduce(&t, ReduceOp::Sum, c, true)
+                .and_then(|w| w.wait(c));
+        drop(t);
+        result.map(|()| false).map_err(|e| e.to_string())
+    });
+    let refused = out.values[1]
+        .as_ref()
+        .expect_err("aborted group made a sub-group");
+    assert!(
+        refused.contains("aborted") && refused.contains("sub-groups"),
+        "{refused}"
+    );
+    let peer = out.values[0]
+        .as_ref()
+        .expect_err("the peer's collective must fail");
+    assert!(
+        peer.contains("aborted by rank 1") && !peer.contains("timed out"),
+        "{peer}"
+    );
+}

@@ -146,47 +146,90 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         Some(Command::Generate(args)) => generate_file(&args),
         Some(Command::Whatif(args)) => crate::whatif::run(&args),
         Some(Command::List) => {
-            println!("presets:");
+            let mut lines = vec!["presets:".to_owned()];
             for p in PRESETS {
                 let tag = if p.adversarial { " (adversarial)" } else { "" };
-                println!("  {:<18} {}{tag}", p.name, p.description);
+                lines.push(format!("  {:<18} {}{tag}", p.name, p.description));
             }
-            println!("backends:");
-            for line in backend_lines() {
-                println!("  {line}");
+            lines.push("backends:".to_owned());
+            lines.extend(backend_lines().into_iter().map(|l| format!("  {l}")));
+            let mut out = Stdout::new();
+            for line in lines {
+                out.line(&line);
             }
-            ExitCode::SUCCESS
+            out.status(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Standard output that survives its reader going away (`validate ... | head -1`):
+/// `println!` panics on a broken pipe (exit 101); this stops writing instead, and the
+/// command ends normally with its own status.
+pub(crate) struct Stdout {
+    failed: Option<std::io::Error>,
+}
+
+impl Stdout {
+    pub(crate) fn new() -> Self {
+        Self { failed: None }
+    }
+
+    /// Writes one line; after a failed write, nothing more is written.
+    pub(crate) fn line(&mut self, text: &str) {
+        self.text(&format!("{text}\n"));
+    }
+
+    /// Writes `text` as it is; after a failed write, nothing more is written.
+    pub(crate) fn text(&mut self, text: &str) {
+        use std::io::Write;
+        if self.failed.is_none() {
+            let mut lock = std::io::stdout().lock();
+            if let Err(e) = lock.write_all(text.as_bytes()).and_then(|()| lock.flush()) {
+                self.failed = Some(e);
+            }
+        }
+    }
+
+    /// `status`, or exit 1 when stdout failed other than by its reader closing it.
+    pub(crate) fn status(self, status: ExitCode) -> ExitCode {
+        match self.failed {
+            Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                eprintln!("memreuse-conformance: cannot write to standard output: {e}");
+                ExitCode::FAILURE
+            }
+            _ => status,
         }
     }
 }
 
 fn validate_files(files: &[PathBuf]) -> ExitCode {
     let mut all_valid = true;
+    let mut out = Stdout::new();
     for file in files {
         match load(file) {
-            Ok(v) => println!(
+            Ok(v) => out.line(&format!(
                 "{}: valid (digest {}, live_peak_bytes {})",
                 file.display(),
                 v.reference.digest,
                 v.reference.live_peak_bytes
-            ),
+            )),
             Err(LoadError::Parse(e)) => {
                 all_valid = false;
-                println!("{e}");
+                out.line(&e.to_string());
             }
             Err(LoadError::Invalid(errors)) => {
                 all_valid = false;
                 for e in errors {
-                    println!("{e}");
+                    out.line(&e.to_string());
                 }
             }
         }
     }
-    if all_valid {
+    out.status(if all_valid {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(USAGE)
-    }
+    })
 }
 
 fn generate_file(args: &GenerateArgs) -> ExitCode {

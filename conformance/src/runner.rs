@@ -124,12 +124,26 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         }
         let mut entries = Vec::new();
         let mut errors = Vec::new();
+        // Report blocks and artifact files are keyed by the schedule's name: two files
+        // with one name would merge and overwrite each other.
+        let mut sources: std::collections::HashMap<String, &Path> =
+            std::collections::HashMap::new();
         for path in &args.schedules {
             match load(path) {
-                Ok(valid) => entries.push(SuiteEntry {
-                    valid,
-                    negative_control_finds_reuse_race: false,
-                }),
+                Ok(valid) => {
+                    if let Some(first) = sources.insert(valid.schedule.name.clone(), path) {
+                        errors.push(format!(
+                            "schedule name `{}` is used by both {} and {}; names must differ within a run",
+                            valid.schedule.name,
+                            first.display(),
+                            path.display()
+                        ));
+                    }
+                    entries.push(SuiteEntry {
+                        valid,
+                        negative_control_finds_reuse_race: false,
+                    });
+                }
                 Err(e) => errors.push(e.to_string()),
             }
         }
@@ -138,6 +152,20 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         }
         (entries, false)
     };
+    for (flag, dir) in [
+        ("--snapshot-dir", &args.snapshot_dir),
+        ("--trace-dir", &args.trace_dir),
+    ] {
+        if let Some(dir) = dir
+            && dir.exists()
+            && !dir.is_dir()
+        {
+            return Err(UsageError(format!(
+                "{flag} {} is not a directory",
+                dir.display()
+            )));
+        }
+    }
     Ok(Plan {
         entries,
         builtin,
@@ -245,7 +273,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     }
     bar.finish_and_clear();
-    print!("{}", render_table(&report));
+    // Survives a closed stdout (`run ... | head`): see `cli::Stdout`.
+    let mut out = crate::cli::Stdout::new();
+    out.text(&render_table(&report));
     let wall = started.elapsed().as_secs_f64();
     let counts = |s: &str| {
         report
@@ -254,18 +284,18 @@ pub fn run(args: &RunArgs) -> ExitCode {
             .filter(|r| r.status.as_str() == s)
             .count()
     };
-    println!(
+    out.line(&format!(
         "{} runs in {wall:.1} s: {} passed, {} failed, {} errors, {} skipped",
         report.runs.len(),
         counts("passed"),
         counts("failed"),
         counts("error"),
         counts("skipped")
-    );
-    print_verdicts(&report);
-    let missing = missing_required(&plan.required, &report);
+    ));
+    print_verdicts(&mut out, &report);
+    let missing = missing_required(&mut out, &plan.required, &report);
     for m in &missing {
-        println!("required backend {m}");
+        out.line(&format!("required backend {m}"));
     }
     let dir = args
         .report
@@ -278,7 +308,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
             ("timelines", &args.trace_dir),
         ] {
             if let Some(d) = d {
-                println!("{flag}: {}", d.display());
+                out.line(&format!("{flag}: {}", d.display()));
             }
         }
     }
@@ -287,21 +317,21 @@ pub fn run(args: &RunArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     if !args.quiet {
-        println!(
+        out.line(&format!(
             "report: {}/report.json, {}/report.html",
             dir.display(),
             dir.display()
-        );
+        ));
     }
-    if report.all_as_expected() && missing.is_empty() {
+    out.status(if report.all_as_expected() && missing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    }
+    })
 }
 
 /// Prints expected vs found for every judged negative-control run, and a tally.
-fn print_verdicts(report: &Report) {
+fn print_verdicts(out: &mut crate::cli::Stdout, report: &Report) {
     let judged: Vec<&RunRecord> = report
         .runs
         .iter()
@@ -312,7 +342,7 @@ fn print_verdicts(report: &Report) {
     if judged.is_empty() {
         return;
     }
-    println!("negative control (expected vs found):");
+    out.line("negative control (expected vs found):");
     let mut matching = 0;
     for r in &judged {
         let expected = if r.negative_control_expects_reuse_race == Some(true) {
@@ -331,20 +361,24 @@ fn print_verdicts(report: &Report) {
             matching += 1;
         }
         let checker = r.race_checker.as_deref().unwrap_or("none");
-        println!(
+        out.line(&format!(
             "  {:<28} {:<7} expected {expected:<10} found {found:<22} by {checker:<7} {verdict}",
             r.schedule, r.backend
-        );
+        ));
     }
-    println!(
+    out.line(&format!(
         "negative control: {matching} of {} verdicts match the declarations",
         judged.len()
-    );
+    ));
 }
 
 /// For each `--require-backend` name, why it cannot count as tested: not compiled in,
 /// unavailable, or every run of it skipped for a reason other than too few devices.
-fn missing_required(required: &[String], report: &Report) -> Vec<String> {
+fn missing_required(
+    stdout: &mut crate::cli::Stdout,
+    required: &[String],
+    report: &Report,
+) -> Vec<String> {
     let mut out = Vec::new();
     for name in required {
         let Some(reg) = memreuse::find_backend(name) else {
@@ -376,9 +410,9 @@ fn missing_required(required: &[String], report: &Report) -> Vec<String> {
                     .filter(|r| r.skip_reason.as_deref().is_some_and(is_too_few_devices))
                     .count();
                 if too_few > 0 {
-                    println!(
+                    stdout.line(&format!(
                         "required backend `{name}`: {too_few} runs skipped for too few devices"
-                    );
+                    ));
                 }
                 if let Some(r) = unavailable.iter().find(|r| {
                     r.skip_reason

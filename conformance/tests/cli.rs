@@ -182,3 +182,70 @@ fn usage_errors_exit_2() {
     assert_eq!(cli(&["generate", "ddp"]).status.code(), Some(2));
     assert_eq!(cli(&["--help"]).status.code(), Some(0));
 }
+
+#[test]
+fn a_closed_stdout_ends_validate_normally() {
+    // `validate ... | head -1`: the reader goes away. Before: a panic, exit 101. 200
+    // errors per file, 10 times, is more than a pipe buffers, so writes must fail.
+    let ops: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"op":"free","t":"t{i}"}}"#))
+        .collect();
+    let path = tmp("many-errors.json");
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"format":"memreuse.schedule/1","name":"n","world_size":1,"body":[{}]}}"#,
+            ops.join(",")
+        ),
+    )
+    .expect("write");
+    let file = path.to_string_lossy().into_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
+        .arg("validate")
+        .args(std::iter::repeat_n(&file, 10))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("waits");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn a_closed_stdout_ends_run_normally() {
+    // `run ... | head -1`: the table and the summary go to a pipe nobody reads. The run
+    // takes longer than closing the pipe, so its first write fails. Before: exit 101.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/e1-ddp-buckets.json"
+    );
+    let report = tmp("closed-stdout-report");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
+        .args([
+            "run",
+            "--backend",
+            "mock",
+            "--mode",
+            "0",
+            "--schedule",
+            example,
+        ])
+        .arg("--report")
+        .arg(&report)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("waits");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        report.join("report.json").exists(),
+        "the report is still written"
+    );
+}

@@ -132,3 +132,60 @@ fn io_errors_name_the_file() {
     assert_eq!(e.file, "/nonexistent/s.json");
     assert!(matches!(e.kind, P::Io(_)));
 }
+
+#[test]
+fn duplicate_keys_are_rejected_everywhere() {
+    // Before: last-wins, even for `format` and `world_size`.
+    let cases = [
+        r#"{"format":"memreuse.schedule/1","format":"memreuse.schedule/1","name":"n","world_size":1,"body":[]}"#.to_owned(),
+        r#"{"format":"memreuse.schedule/1","name":"n","world_size":1,"world_size":2,"body":[]}"#.to_owned(),
+        with_body(r#"[{"op":"alloc","t":"a","t":"b","elems":16}]"#),
+        with_body(r#"[{"op":"batch","ops":[{"op":"send","t":"a","peer":1,"peer":0}]}]"#),
+        r#"{"format":"memreuse.schedule/1","name":"n","world_size":2,"groups":{"g":[[0]],"g":[[1]]},"body":[]}"#.to_owned(),
+    ];
+    for text in &cases {
+        let e = err(text);
+        assert!(
+            matches!(&e.kind, P::DuplicateKey(m) if m.starts_with("duplicate key \"")),
+            "{text}: {e}"
+        );
+        assert!(e.to_string().contains("every key may appear once"), "{e}");
+    }
+}
+
+#[test]
+fn long_names_are_rejected_and_huge_values_are_not_echoed_in_full() {
+    let long = "x".repeat(129);
+    // Before: a 300-character name was accepted, and its artifact files were never written.
+    let e = err(&format!(
+        r#"{{"format":"memreuse.schedule/1","name":"{}","world_size":1,"body":[]}}"#,
+        "x".repeat(65)
+    ));
+    assert!(
+        matches!(&e.kind, P::NameTooLong { what, len: 65, max: 64, .. } if what == "name"),
+        "{e}"
+    );
+    let e = err(&with_body(&format!(
+        r#"[{{"op":"alloc","t":"{long}","elems":16}}]"#
+    )));
+    assert!(
+        matches!(&e.kind, P::NameTooLong { what, .. } if what == "t"),
+        "{e}"
+    );
+    assert_eq!((e.phase, e.op_index), (Some(Phase::Body), Some(0)));
+    // 100 KB values in every echoing position: each message stays short and gives the length.
+    let huge = "y".repeat(100_000);
+    for text in [
+        format!(r#"{{"format":"{huge}","name":"n","world_size":1,"body":[]}}"#),
+        with_body(&format!(r#"[{{"op":"{huge}"}}]"#)),
+        with_body(&format!(r#"[{{"op":"alloc","t":"a","elems":"{huge}"}}]"#)),
+        with_body(&format!(
+            r#"[{{"op":"alloc","t":"a","elems":16,"{huge}":1}}]"#
+        )),
+        format!(r#"{{"format":"memreuse.schedule/1","{huge}":1,"{huge}":2}}"#),
+    ] {
+        let msg = err(&text).to_string();
+        assert!(msg.len() < 400, "{} bytes: {}", msg.len(), &msg[..400]);
+        assert!(msg.contains("100000 bytes"), "{msg}");
+    }
+}

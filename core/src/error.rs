@@ -86,3 +86,13 @@ impl BackendError {
         matches!(self, BackendError::OutOfMemory { .. })
     }
 }
+
+/// `value` for an error message: at most 64 characters, with the full length given when
+/// cut, so a hostile environment value (100 KB of it) cannot make a message huge.
+pub(crate) fn clip(value: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    match value.char_indices().nth(MAX_CHARS) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &value[..end], value.len()),
+    }
+}

@@ -106,6 +106,10 @@ fn bad_numbers_name_the_key() {
             "garbage_collection_threshold",
         ),
         ("roundup_power2_divisions:four", "roundup_power2_divisions"),
+        // One spelling per number: no leading zeros, signs or spaces.
+        ("max_split_size_mb:020", "max_split_size_mb"),
+        ("max_split_size_mb:+20", "max_split_size_mb"),
+        ("roundup_power2_divisions:04", "roundup_power2_divisions"),
     ] {
         match err(s) {
             ConfigError::BadNumber { key: k, .. } => assert_eq!(k, key, "{s}"),
@@ -146,6 +150,23 @@ fn out_of_range_values_say_what_is_valid() {
         ("roundup_power2_divisions:3", "roundup_power2_divisions"),
         ("roundup_power2_divisions:128", "roundup_power2_divisions"),
         ("roundup_power2_divisions:[3:2]", "roundup_power2_divisions"),
+        // Repeated, unordered, or anything after `>`: one reading only.
+        (
+            "roundup_power2_divisions:[1:2,1:4]",
+            "roundup_power2_divisions",
+        ),
+        (
+            "roundup_power2_divisions:[512:2,256:1]",
+            "roundup_power2_divisions",
+        ),
+        (
+            "roundup_power2_divisions:[>:4,256:1]",
+            "roundup_power2_divisions",
+        ),
+        (
+            "roundup_power2_divisions:[256:1,>:4,>:8]",
+            "roundup_power2_divisions",
+        ),
     ] {
         match err(s) {
             ConfigError::OutOfRange { key: k, valid, .. } => {

@@ -17,6 +17,11 @@ use crate::memory::Span;
 use crate::region::MemAccess;
 use crate::world::{Core, Op, StreamState, Work, World};
 
+/// Stack of a stream's worker thread: it runs op bodies (copies, reductions) that never
+/// recurse; a replay at world size 1024 runs thousands of them, so the default 2 MiB each
+/// would reserve gigabytes of address space.
+const WORKER_STACK_BYTES: usize = 256 << 10;
+
 /// The stream id race reports use for the host (a raw `free` racing with device work).
 pub use memreuse_core::race::HOST_STREAM;
 
@@ -31,6 +36,9 @@ impl Drop for Owner {
         let leftovers = {
             let mut w = self.core.world.lock();
             w.shutdown = true;
+            for st in &w.streams {
+                st.wake.notify_all();
+            }
             let queues: Vec<_> = w
                 .streams
                 .iter_mut()
@@ -219,6 +227,7 @@ impl MockDevice {
             let worker_core = Arc::clone(core);
             std::thread::Builder::new()
                 .name(format!("mock-dev{slot}-s{s}"))
+                .stack_size(WORKER_STACK_BYTES)
                 .spawn(move || crate::executor::worker(&worker_core, s))
                 .map_err(|e| {
                     crate::error::device("create_stream", format!("worker thread: {e}"))
@@ -232,6 +241,7 @@ impl MockDevice {
             completed: 0,
             running: false,
             error: None,
+            wake: Arc::new(parking_lot::Condvar::new()),
         });
         w.devices[slot].streams.push(s);
         Ok(s)

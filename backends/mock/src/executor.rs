@@ -429,6 +429,12 @@ pub(crate) fn worker(core: &Arc<Core>, s: usize) {
                 let job = w.claim(s, pick, core.config.delays.joint);
                 run_job(core, &mut w, job);
             }
+            Head::Idle if w.streams[s].queue.is_empty() => {
+                // Only a push onto this stream (or shutdown) gives it work: sleep on its own
+                // condvar (see `StreamState::wake`).
+                let wake = Arc::clone(&w.streams[s].wake);
+                wake.wait(&mut w);
+            }
             Head::Idle | Head::Blocked(None) => core.cv.wait(&mut w),
             Head::Blocked(Some(deadline)) => {
                 let _ = core.cv.wait_until(&mut w, deadline);

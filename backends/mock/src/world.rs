@@ -85,6 +85,11 @@ pub(crate) struct StreamState {
     pub running: bool,
     /// First failure not yet taken: its position and error.
     pub error: Option<(u64, BackendError)>,
+    /// Where this stream's worker sleeps while its queue is empty: only a push onto this
+    /// stream (or shutdown) can change that, so ops on the cluster's other streams need not
+    /// wake it. With one condvar for all, every op woke every worker: thousands of
+    /// streams (ranks x groups) made each op cost thousands of wakeups.
+    pub wake: Arc<Condvar>,
 }
 
 impl StreamState {
@@ -251,6 +256,7 @@ impl World {
         let st = &mut self.streams[s];
         st.queue.push_back(op);
         st.enqueued += 1;
+        st.wake.notify_one();
         st.enqueued
     }
 

@@ -4,8 +4,8 @@
 //! them (or the race detector flags it).
 
 use super::ops::{
-    all_gather, all_reduce, alloc, batch, check, drop_work, free, on, recv, send, sync, upload,
-    wait,
+    all_gather, all_reduce, alloc, batch, check, delay, drop_work, free, on, recv, send, sync,
+    upload, wait,
 };
 use super::{GenError, GenOptions, round_up, skeleton, world};
 use crate::schedule::{BatchMember, ReduceOp, Schedule};
@@ -57,6 +57,9 @@ pub(super) fn free_before_wait(opts: &GenOptions) -> Result<Schedule, GenError> 
     Ok(sched)
 }
 
+/// How long `never-wait` holds each collective back (20 ms).
+const NEVER_WAIT_HOLD_US: u64 = 20_000;
+
 pub(super) fn never_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
     let ranks = world(opts, "never-wait", 2, |_| true, "any number of ranks")?;
     let len = round_up(opts.elems, 16);
@@ -74,6 +77,12 @@ pub(super) fn never_wait(opts: &GenOptions) -> Result<Schedule, GenError> {
         body.extend([
             alloc(&name("g"), len),
             upload(&name("g"), seed),
+            // Holds the collective back (it waits for the compute stream) while the host
+            // frees `g` and reuses its block: the unprotected reuse then races with it
+            // whatever the speed of host and device. Without it the collective could
+            // finish, and be observed, before the reuse, hiding the race from the
+            // negative control on a fast device.
+            delay(NEVER_WAIT_HOLD_US),
             all_reduce(&name("g"), "world", ReduceOp::Sum, Some(&name("w"))),
             drop_work(&name("w")),
             free(&name("g")),

@@ -147,13 +147,54 @@ pub const PRESETS: &[Preset] = &[
     },
 ];
 
-/// Generates preset `name` with `opts`.
+/// Generates preset `name` with `opts`. The output is validated before it is returned:
+/// options whose schedule would be invalid (a limit exceeded, a tensor too large for its
+/// group) are a [`GenError::Unsupported`] naming the first reason, never a file that
+/// `validate` rejects.
 pub fn generate(name: &str, opts: &GenOptions) -> Result<Schedule, GenError> {
     let preset = PRESETS
         .iter()
         .find(|p| p.name == name)
         .ok_or_else(|| GenError::UnknownPreset(name.to_owned()))?;
-    (preset.generate)(opts)
+    bound_options(preset.name, opts)?;
+    let schedule = (preset.generate)(opts)?;
+    match crate::validate::validate(preset.name, &schedule) {
+        Ok(_) => Ok(schedule),
+        Err(errors) => Err(GenError::Unsupported {
+            preset: preset.name,
+            reason: format!(
+                "these options give an invalid schedule: {}",
+                errors
+                    .first()
+                    .map_or_else(String::new, |e| e.kind.to_string())
+            ),
+        }),
+    }
+}
+
+/// Rejects option values no valid schedule can have, before a preset multiplies them
+/// (a huge `layers` would exhaust memory building the ops; a huge `elems` would wrap when
+/// rounded up).
+fn bound_options(preset: &'static str, opts: &GenOptions) -> Result<(), GenError> {
+    use crate::schedule::{MAX_ELEMS, MAX_ITERATIONS, MAX_STEPS};
+    let unsupported = |what: &str, value: u64, max: u64| GenError::Unsupported {
+        preset,
+        reason: format!("{what} {value} is above the limit {max}"),
+    };
+    if opts.layers as u64 > MAX_STEPS {
+        return Err(unsupported("layers", opts.layers as u64, MAX_STEPS));
+    }
+    if opts.elems > MAX_ELEMS {
+        return Err(unsupported("elems", opts.elems, MAX_ELEMS));
+    }
+    if opts.iterations > MAX_ITERATIONS {
+        return Err(unsupported(
+            "iterations",
+            u64::from(opts.iterations),
+            u64::from(MAX_ITERATIONS),
+        ));
+    }
+    Ok(())
 }
 
 /// Rounds `n` up to a multiple of `m` (at least `m`), saturating.

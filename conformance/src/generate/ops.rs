@@ -37,6 +37,10 @@ pub(crate) fn drop_work(work: &str) -> Op {
 pub(crate) fn sync() -> Op {
     Op::all(OpKind::Sync)
 }
+/// A device-side busy period of `us` microseconds on the current stream.
+pub(crate) fn delay(us: u64) -> Op {
+    Op::all(OpKind::Delay { us, stream: None })
+}
 /// Whole-tensor copy.
 pub(crate) fn copy(src: &str, dst: &str) -> Op {
     Op::all(OpKind::Copy {

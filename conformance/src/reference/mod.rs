@@ -5,7 +5,7 @@
 mod collective;
 mod engine;
 
-use crate::schedule::{OpKind, Phase, Schedule};
+use crate::schedule::{Phase, Schedule};
 use crate::validate::{Sink, ValidationError, plan::CommPlan};
 
 /// Largest magnitude every value and every sum's absolute total may reach (2^24): within
@@ -90,30 +90,7 @@ pub fn digest_values(values: impl IntoIterator<Item = f32>) -> String {
 /// allocated and not yet freed. Defined for any parsed schedule (invalid re-allocations
 /// count as replacing the tensor).
 pub fn live_peak_bytes(schedule: &Schedule) -> u64 {
-    (0..schedule.world_size.min(crate::schedule::MAX_WORLD_SIZE))
-        .map(|rank| {
-            let mut live = std::collections::HashMap::new();
-            let (mut now, mut peak) = (0u64, 0u64);
-            for step in schedule.rank_steps(rank) {
-                match &step.op.kind {
-                    OpKind::Alloc { t, elems, .. } => {
-                        let bytes = elems.saturating_mul(4);
-                        if let Some(old) = live.insert(t.as_str(), bytes) {
-                            now = now.saturating_sub(old);
-                        }
-                        now = now.saturating_add(bytes);
-                        peak = peak.max(now);
-                    }
-                    OpKind::Free { t } => {
-                        now = now.saturating_sub(live.remove(t.as_str()).unwrap_or(0));
-                    }
-                    _ => {}
-                }
-            }
-            peak
-        })
-        .max()
-        .unwrap_or(0)
+    crate::validate::cost(schedule).live_peak_bytes
 }
 
 /// Runs the interpreter on a schedule that passed the static stages; deadlocks and

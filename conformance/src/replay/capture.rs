@@ -51,20 +51,27 @@ pub(crate) struct Capture {
     samples: Vec<MemorySample>,
 }
 
-/// A file-name-safe rendering of `s`.
+/// A file-name-safe, injective rendering of `s`: ASCII letters, digits, `-` and `.` are
+/// kept; every other byte (`_` included) becomes `_` and two lowercase hex digits. Since
+/// `_` only ever starts an escape, distinct inputs give distinct outputs (`a/b` is
+/// `a_2fb`, `a_b` is `a_5fb`) and `__` never occurs inside a component.
 fn safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    use std::fmt::Write;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'.' {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "_{b:02x}");
+        }
+    }
+    out
 }
 
-/// `<schedule>__<backend>__mode-<mode>__rank<r>`.
+/// `<schedule>__<backend>__mode-<mode>__rank<r>`, each component rendered injectively (see
+/// `safe`), so different runs never share a file. A schedule name has at most
+/// [`crate::schedule::MAX_SCHEDULE_NAME_BYTES`] bytes, so the longest stem plus its
+/// suffix stays within the 255-byte file name limit of common file systems.
 pub fn artifact_stem(schedule: &str, backend: &str, mode: &str, rank: usize) -> String {
     format!(
         "{}__{}__mode-{}__rank{rank}",
@@ -240,10 +247,24 @@ mod tests {
     }
 
     #[test]
-    fn stems_are_file_name_safe() {
+    fn stems_are_file_name_safe_and_injective() {
         assert_eq!(
             artifact_stem("a/b c", "mock", "unsafe", 3),
-            "a_b_c__mock__mode-unsafe__rank3"
+            "a_2fb_20c__mock__mode-unsafe__rank3"
         );
+        // Before: both were `a_b`.
+        assert_ne!(
+            artifact_stem("a/b", "mock", "0", 0),
+            artifact_stem("a_b", "mock", "0", 0)
+        );
+        // A separator inside a name cannot fake a component boundary.
+        assert_ne!(
+            artifact_stem("a__mock", "x", "0", 0),
+            artifact_stem("a", "mock__x", "0", 0)
+        );
+        // The longest accepted name, every byte escaped, still fits a file name.
+        let longest = "\u{e9}".repeat(crate::schedule::MAX_SCHEDULE_NAME_BYTES / 2);
+        let stem = artifact_stem(&longest, "ascend", "unsafe", 1023);
+        assert!(stem.len() + ".metrics.txt".len() <= 255, "{}", stem.len());
     }
 }

@@ -97,6 +97,11 @@ impl ReplayOptions {
     }
 }
 
+/// Stack of a rank thread: a rank runs its ops one at a time without recursion, and a
+/// replay at world size 1024 runs 1024 of them (the default 2 MiB each reserved 2 GiB of
+/// address space and aborted under `ulimit -v`).
+pub const RANK_STACK_BYTES: usize = 512 << 10;
+
 /// Default device capacity when neither the schedule nor the options give one (mock).
 pub const DEFAULT_DEVICE_MEMORY: u64 = 1 << 30;
 
@@ -221,6 +226,7 @@ pub fn replay(
                 let expected = reference.checks.get(rank).cloned().unwrap_or_default();
                 std::thread::Builder::new()
                     .name(format!("rank-{rank}"))
+                    .stack_size(RANK_STACK_BYTES)
                     .spawn_scoped(scope, move || {
                         rank::run_rank(schedule, endpoint, &expected, options)
                     })
@@ -312,10 +318,17 @@ pub fn replay(
             checks.iter().flatten().flatten().copied(),
         ));
     }
+    // A file asked for and not written fails the run: the user would otherwise find a
+    // stale or missing snapshot behind a "passed".
+    errors.extend(
+        artifact_errors
+            .iter()
+            .map(|e| format!("could not write an artifact: {e}")),
+    );
     record.status = if !errors.is_empty() {
         // Show the root cause first: ranks that only timed out waiting for a failed peer
-        // come after it.
-        errors.sort_by_key(|e| e.contains("timed out"));
+        // come after it, and so do ranks whose communicators a failed peer aborted.
+        errors.sort_by_key(|e| e.contains("timed out") || e.contains("aborted"));
         record.error = Some(errors.join("; "));
         RunStatus::Error
     } else if record.mismatches > 0

@@ -159,6 +159,13 @@ pub(crate) fn run_rank(
     })();
     if let Err(e) = result {
         out.error = Some(e);
+        // A rank that stops early must not leave its peers waiting out the timeout:
+        // aborting its communicators fails their pending and future ops at once.
+        state.abort_groups();
+    } else if let Some(e) = state.group_failure() {
+        // A synchronous collective that failed (a peer aborted, the device failed) is
+        // otherwise only visible as wrong data.
+        out.error = Some(e);
     }
     if let Some(c) = capture {
         let mode = options.mode.name();
@@ -168,7 +175,11 @@ pub(crate) fn run_rank(
         out.artifacts = files;
         out.artifact_errors = errors;
     }
-    let pg_stats = state.shutdown();
+    let (pg_stats, teardown_errors) = state.shutdown();
+    if out.error.is_none() && !teardown_errors.is_empty() {
+        // A run whose teardown failed did not pass, whatever its checks said.
+        out.error = Some(format!("teardown: {}", teardown_errors.join("; ")));
+    }
     let stats = allocator.stats();
     out.leaked_bytes = stats.allocated_bytes.current;
     out.peak_allocated_bytes = stats.allocated_bytes.peak;
@@ -531,10 +542,33 @@ impl<'s> RankState<'s> {
         (spans, report)
     }
 
+    /// Aborts every group, sub-groups first (see [`ProcessGroup::abort`]).
+    fn abort_groups(&self) {
+        for pg in self.groups.values() {
+            pg.abort();
+        }
+        if let Some(w) = &self.world {
+            w.abort();
+        }
+    }
+
+    /// The first work failure of any group, sub-groups first, with the group's name.
+    fn group_failure(&self) -> Option<String> {
+        let mut subs: Vec<_> = self.groups.iter().collect();
+        subs.sort_by(|a, b| a.0.cmp(b.0));
+        subs.into_iter()
+            .map(|((name, index), pg)| (format!("group `{name}` list {index}"), pg))
+            .chain(self.world.iter().map(|w| ("group `world`".to_owned(), w)))
+            .find_map(|(name, pg)| {
+                pg.first_failure()
+                    .map(|e| format!("{name}: a communication op failed: {e}"))
+            })
+    }
+
     /// Drops works and tensors, shuts the groups down (sub-groups first), waits for the
     /// device and lets the allocator process its events. Returns (shelf stashes, shelves
-    /// handed over by the watchdog) summed over groups.
-    fn shutdown(&mut self) -> (u64, u64) {
+    /// handed over by the watchdog) summed over groups, and what failed on the way.
+    fn shutdown(&mut self) -> ((u64, u64), Vec<String>) {
         self.works.clear();
         self.tensors.clear();
         let mut stashes = 0;
@@ -549,8 +583,13 @@ impl<'s> RankState<'s> {
             stashes += s.shelf_stashes;
             handed += s.shelf_unstashed_by_watchdog;
         }
-        let _ = self.backend.synchronize_device();
-        let _ = self.allocator.process_events();
-        (stashes, handed)
+        let mut errors = Vec::new();
+        if let Err(e) = self.backend.synchronize_device() {
+            errors.push(format!("synchronize_device failed: {e}"));
+        }
+        if let Err(e) = self.allocator.process_events() {
+            errors.push(format!("process_events failed: {e}"));
+        }
+        ((stashes, handed), errors)
     }
 }

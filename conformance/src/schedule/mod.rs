@@ -4,6 +4,7 @@
 
 mod op;
 mod parse;
+mod strict_json;
 mod topology;
 
 pub use op::{AsyncWork, BatchMember, Op, OpKind, ReduceOp};
@@ -22,17 +23,41 @@ pub const WORLD: &str = "world";
 pub const COMPUTE: &str = "compute";
 /// Largest accepted `world_size`: keeps per-rank state of hostile inputs bounded.
 pub const MAX_WORLD_SIZE: usize = 1024;
+/// Longest accepted group, stream, tensor or work name, in bytes.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest accepted schedule `name`, in bytes: artifact file names escape each byte to
+/// at most three characters and must stay within 255 bytes.
+pub const MAX_SCHEDULE_NAME_BYTES: usize = 64;
+/// Longest value echoed in an error message, in characters; longer ones are cut, with
+/// their full length given.
+pub const MAX_ECHO_CHARS: usize = 64;
 /// Largest accepted tensor length in elements (256 MiB of f32): the reference interpreter
 /// materialises every tensor on the host.
 pub const MAX_ELEMS: u64 = 1 << 26;
-/// Largest host memory the reference interpreter may need: the live peak times the world
-/// size, and separately all checked values together (4 GiB each).
-pub const MAX_HOST_BYTES: u64 = 1 << 32;
-/// Largest accepted number of op executions over all ranks, iterations expanded: the
-/// validator and the reference interpreter hold every rank's expanded program.
-pub const MAX_STEPS: u64 = 10_000_000;
+/// Host memory budget of validating and running one schedule (2 GiB): the validator
+/// estimates the peak (reference tensors, checked values, the expanded program, replay
+/// thread stacks; see [`crate::validate::Cost::host_bytes`]) and rejects anything above it
+/// before the work is done, since an allocation failure inside the standard library or at
+/// thread spawn aborts the process instead of returning an error.
+pub const MAX_HOST_BYTES: u64 = 1 << 31;
+/// Largest accepted number of op executions over all ranks, iterations expanded (the
+/// body counted at least once): the validator and the reference interpreter hold every
+/// rank's expanded program.
+pub const MAX_STEPS: u64 = 1_000_000;
 /// Largest accepted `iterations`: validation replays every iteration.
 pub const MAX_ITERATIONS: u32 = 10_000;
+/// Largest `us` of one `delay` op (1 s).
+pub const MAX_DELAY_US: u64 = 1_000_000;
+/// Largest sum of the `delay`s one rank executes, iterations expanded (10 s): well under
+/// the 60 s communicator timeout, so a delayed peer never looks like a dead one.
+pub const MAX_DELAY_TOTAL_US: u64 = 10_000_000;
+/// Largest number of element operations of the reference interpreter over all ranks and
+/// iterations (2^31, a few seconds of host time): per executing rank, the elements of
+/// the tensors each op reads or writes.
+pub const MAX_ELEMENT_OPS: u64 = 1 << 31;
+/// Largest number of host threads a replay may need (one per rank, one per stream, one
+/// watchdog per group list): a thread that cannot be spawned aborts the process.
+pub const MAX_THREADS: u64 = 8192;
 
 /// A phase of a schedule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

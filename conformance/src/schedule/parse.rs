@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{FORMAT, Op, OpKind, Phase, Schedule};
+use super::{
+    FORMAT, MAX_ECHO_CHARS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, Op, OpKind, Phase, Schedule,
+};
 
 /// Why a schedule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +39,60 @@ pub enum ParseErrorKind {
     /// A field has the wrong type or an out-of-range value.
     #[error("invalid value: {0}")]
     InvalidValue(String),
+    /// A JSON object has the same key twice (rejected: JSON leaves it undefined).
+    #[error("{0}: every key may appear once per object")]
+    DuplicateKey(String),
+    /// A name longer than its limit ([`MAX_SCHEDULE_NAME_BYTES`] for the schedule's
+    /// `name`, [`MAX_NAME_BYTES`] for the others).
+    #[error("{what} {value:?} is {len} bytes long; at most {max} bytes are accepted")]
+    NameTooLong {
+        /// Which name (`name`, `group`, `stream`, or the op field).
+        what: String,
+        /// The name, cut to [`MAX_ECHO_CHARS`] characters.
+        value: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// `s` for an error message: at most [`MAX_ECHO_CHARS`] characters, with the full length
+/// given when cut, so a hostile value cannot make a message huge.
+pub(crate) fn clip(s: &str) -> String {
+    match s.char_indices().nth(MAX_ECHO_CHARS) {
+        None => s.to_owned(),
+        Some((end, _)) => format!("{}... ({} bytes)", &s[..end], s.len()),
+    }
+}
+
+/// Fails on a name longer than its limit.
+fn check_name(what: &str, name: &str) -> Result<(), ParseErrorKind> {
+    let max = if what == "name" {
+        MAX_SCHEDULE_NAME_BYTES
+    } else {
+        MAX_NAME_BYTES
+    };
+    if name.len() > max {
+        return Err(ParseErrorKind::NameTooLong {
+            what: what.to_owned(),
+            value: clip(name),
+            len: name.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Every string of an op is a name (or `op`/`reduce`, which are short): checks them all,
+/// batch members included.
+fn check_op_names(field: &str, value: &Value) -> Result<(), ParseErrorKind> {
+    match value {
+        Value::String(s) => check_name(field, s),
+        Value::Array(items) => items.iter().try_for_each(|v| check_op_names(field, v)),
+        Value::Object(map) => map.iter().try_for_each(|(k, v)| check_op_names(k, v)),
+        _ => Ok(()),
+    }
 }
 
 /// A parse failure: the file, where in it (when known), and why.
@@ -126,7 +182,7 @@ const OP_NAMES: [&str; 23] = [
 /// as text, so the message prefix is the one stable signal available.
 fn classify(err: &serde_json::Error) -> ParseErrorKind {
     let msg = err.to_string();
-    let quoted = || msg.split('`').nth(1).unwrap_or_default().to_owned();
+    let quoted = || clip(msg.split('`').nth(1).unwrap_or_default());
     if msg.starts_with("unknown field") {
         ParseErrorKind::UnknownField(quoted())
     } else if msg.starts_with("unknown variant") && msg.contains("expected `send` or `recv`") {
@@ -135,7 +191,7 @@ fn classify(err: &serde_json::Error) -> ParseErrorKind {
     } else if msg.starts_with("missing field") {
         ParseErrorKind::MissingField(quoted())
     } else {
-        ParseErrorKind::InvalidValue(msg)
+        ParseErrorKind::InvalidValue(clip(&msg))
     }
 }
 
@@ -148,14 +204,18 @@ fn parse_op(value: Value) -> Result<Op, ParseErrorKind> {
     match map.get("op") {
         None => return Err(ParseErrorKind::MissingField("op".to_owned())),
         Some(Value::String(name)) if !OP_NAMES.contains(&name.as_str()) => {
-            return Err(ParseErrorKind::UnknownOp(name.clone()));
+            return Err(ParseErrorKind::UnknownOp(clip(name)));
         }
         Some(Value::String(_)) => {}
         Some(other) => {
             return Err(ParseErrorKind::InvalidValue(format!(
-                "\"op\" must be a string, not {other}"
+                "\"op\" must be a string, not {}",
+                clip(&other.to_string())
             )));
         }
+    }
+    for (field, v) in &map {
+        check_op_names(field, v)?;
     }
     let ranks = match map.remove("ranks") {
         None => None,
@@ -172,8 +232,15 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
         op_index,
         kind,
     };
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| err(None, None, ParseErrorKind::NotJson(e.to_string())))?;
+    let value: Value = super::strict_json::from_str(text).map_err(|e| {
+        let msg = e.to_string();
+        let kind = if msg.starts_with(super::strict_json::DUPLICATE_KEY) {
+            ParseErrorKind::DuplicateKey(msg)
+        } else {
+            ParseErrorKind::NotJson(clip(&msg))
+        };
+        err(None, None, kind)
+    })?;
     let Some(obj) = value.as_object() else {
         return Err(err(None, None, ParseErrorKind::NotAnObject));
     };
@@ -182,13 +249,13 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
     match obj.get("format") {
         Some(Value::String(f)) if f == FORMAT => {}
         Some(Value::String(f)) => {
-            return Err(err(None, None, ParseErrorKind::WrongFormat(f.clone())));
+            return Err(err(None, None, ParseErrorKind::WrongFormat(clip(f))));
         }
         Some(other) => {
             return Err(err(
                 None,
                 None,
-                ParseErrorKind::WrongFormat(other.to_string()),
+                ParseErrorKind::WrongFormat(clip(&other.to_string())),
             ));
         }
         None => {
@@ -200,6 +267,12 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
         }
     }
     let raw = RawSchedule::deserialize(value).map_err(|e| err(None, None, classify(&e)))?;
+    let names = std::iter::once(("name", &raw.name))
+        .chain(raw.groups.keys().map(|g| ("group", g)))
+        .chain(raw.streams.iter().map(|s| ("stream", s)));
+    for (what, name) in names {
+        check_name(what, name).map_err(|k| err(None, None, k))?;
+    }
     let mut phases = [raw.setup, raw.body, raw.teardown]
         .into_iter()
         .zip(Phase::ALL)

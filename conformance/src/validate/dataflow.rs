@@ -12,9 +12,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::{Sink, ValidationErrorKind as K};
-use crate::schedule::{
-    BatchMember, COMPUTE, MAX_HOST_BYTES, OpKind, Phase, Schedule, Step, Topology,
-};
+use crate::schedule::{BatchMember, COMPUTE, OpKind, Phase, Schedule, Step, Topology};
 
 /// Sorted, disjoint, non-adjacent half-open element ranges that have been written.
 #[derive(Debug, Clone, Default)]
@@ -100,8 +98,6 @@ struct Walk<'a> {
 
 pub(super) fn check(s: &Schedule, sink: &mut Sink) {
     let topo = Topology::new(s);
-    // The reference keeps every checked value: bound their total.
-    let mut checked_bytes = 0u64;
     for rank in 0..s.world_size {
         let mut walk = Walk {
             rank,
@@ -120,21 +116,6 @@ pub(super) fn check(s: &Schedule, sink: &mut Sink) {
                     return;
                 }
                 walk.at = (step.phase, step.op_index);
-                if let OpKind::Check { t } = &step.op.kind {
-                    checked_bytes = checked_bytes
-                        .saturating_add(walk.tensors.get(t).map_or(0, |t| t.elems * 4));
-                    if checked_bytes > MAX_HOST_BYTES {
-                        walk.err(
-                            sink,
-                            K::LimitExceeded {
-                                what: "bytes of all checks",
-                                value: checked_bytes,
-                                limit: MAX_HOST_BYTES,
-                            },
-                        );
-                        return;
-                    }
-                }
                 walk.step(&step, sink);
             }
         }

@@ -2,6 +2,8 @@
 //!
 //! Stages, each collecting every error it finds (deduplicated across iterations, capped at
 //! [`MAX_ERRORS`]):
+//! 0. `limits`: the size of the work (steps, element operations, delays, threads, host
+//!    bytes), estimated without doing it; a schedule over a limit is rejected right away.
 //! 1. `structure`: per-op checks that need no program order (names, ranks, alignment,
 //!    `async`/`work`, groups and streams).
 //! 2. `dataflow`: each rank's program in order: tensor liveness, element initialisation,
@@ -12,10 +14,16 @@
 
 mod dataflow;
 mod kind;
+mod limits;
 pub(crate) mod plan;
 mod structure;
 
 pub use kind::ValidationErrorKind;
+pub use limits::{
+    CHECK_COPIES, Cost, HOST_BYTES_PER_RANK_THREAD, HOST_BYTES_PER_STEP,
+    HOST_BYTES_PER_STREAM_THREAD, HOST_BYTES_PER_WATCHDOG_THREAD, TENSOR_COPIES, cost,
+    expanded_steps,
+};
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -134,6 +142,10 @@ pub struct ValidSchedule {
 /// Validates a parsed schedule; `file` names it in errors. Returns every error found.
 pub fn validate(file: &str, schedule: &Schedule) -> Result<ValidSchedule, Vec<ValidationError>> {
     let mut sink = Sink::new(file);
+    // Limits first, and alone: they bound the work of every later stage.
+    if !limits::check(schedule, &mut sink) {
+        return Err(sink.into_errors());
+    }
     structure::check(schedule, &mut sink);
     // Later stages index per-rank state by rank and name: only run them on a sound skeleton.
     if sink.is_empty() {

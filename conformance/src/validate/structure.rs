@@ -4,10 +4,7 @@
 use std::collections::HashSet;
 
 use super::{Sink, ValidationErrorKind as K};
-use crate::schedule::{
-    BatchMember, COMPUTE, MAX_ELEMS, MAX_HOST_BYTES, MAX_ITERATIONS, MAX_STEPS, MAX_WORLD_SIZE,
-    OpKind, Phase, Schedule, WORLD,
-};
+use crate::schedule::{BatchMember, COMPUTE, MAX_WORLD_SIZE, OpKind, Phase, Schedule, WORLD};
 
 pub(super) fn check(s: &Schedule, sink: &mut Sink) {
     check_header(s, sink);
@@ -41,40 +38,6 @@ fn check_header(s: &Schedule, sink: &mut Sink) {
     let mut err = |kind| sink.push(None, None, None, kind);
     if s.world_size == 0 {
         err(K::EmptyWorld);
-    }
-    if s.world_size > MAX_WORLD_SIZE {
-        err(K::LimitExceeded {
-            what: "world_size",
-            value: s.world_size as u64,
-            limit: MAX_WORLD_SIZE as u64,
-        });
-    }
-    if s.iterations > MAX_ITERATIONS {
-        err(K::LimitExceeded {
-            what: "iterations",
-            value: u64::from(s.iterations),
-            limit: u64::from(MAX_ITERATIONS),
-        });
-    }
-    let per_rank = (s.setup.len() as u64 + s.teardown.len() as u64)
-        .saturating_add(u64::from(s.iterations).saturating_mul(s.body.len() as u64));
-    let steps = per_rank.saturating_mul(s.world_size as u64);
-    if steps > MAX_STEPS {
-        err(K::LimitExceeded {
-            what: "ops executed over all ranks and iterations",
-            value: steps,
-            limit: MAX_STEPS,
-        });
-    }
-    if s.world_size <= MAX_WORLD_SIZE {
-        let host = crate::reference::live_peak_bytes(s).saturating_mul(s.world_size as u64);
-        if host > MAX_HOST_BYTES {
-            err(K::LimitExceeded {
-                what: "live_peak_bytes x world_size",
-                value: host,
-                limit: MAX_HOST_BYTES,
-            });
-        }
     }
     for (name, lists) in &s.groups {
         if name == WORLD {
@@ -144,22 +107,8 @@ fn check_op(
         }
     };
     match op {
-        OpKind::Alloc {
-            elems, stream: st, ..
-        } => {
-            if *elems > MAX_ELEMS {
-                err(
-                    None,
-                    K::LimitExceeded {
-                        what: "elems",
-                        value: *elems,
-                        limit: MAX_ELEMS,
-                    },
-                );
-            }
-            stream(st, err);
-        }
-        OpKind::Delay { stream: st, .. } => stream(st, err),
+        // `elems` and `us` are bounded by the limits stage, before this one runs.
+        OpKind::Alloc { stream: st, .. } | OpKind::Delay { stream: st, .. } => stream(st, err),
         OpKind::SetStream { stream: st } | OpKind::RecordStream { stream: st, .. } => {
             stream(&Some(st.clone()), err);
         }

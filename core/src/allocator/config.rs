@@ -160,11 +160,20 @@ fn split_pieces(s: &str) -> Vec<&str> {
 }
 
 fn parse_u64(key: &str, value: &str, expected: &'static str) -> Result<u64, ConfigError> {
-    value.parse::<u64>().map_err(|_| ConfigError::BadNumber {
+    let bad = || ConfigError::BadNumber {
         key: key.to_owned(),
         value: value.to_owned(),
         expected,
-    })
+    };
+    // Digits only, no leading zero, no sign: one spelling per number, as every other
+    // variable of the project.
+    if value.is_empty()
+        || !value.bytes().all(|b| b.is_ascii_digit())
+        || (value.len() > 1 && value.starts_with('0'))
+    {
+        return Err(bad());
+    }
+    value.parse::<u64>().map_err(|_| bad())
 }
 
 fn parse_fraction(
@@ -222,12 +231,25 @@ fn parse_roundup(key: &str, value: &str) -> Result<[u64; ROUNDUP_INTERVALS], Con
         expected: "a power of two, or a list like `[256:1,512:2,>:4]` (interval in MiB, a power of two : divisions)",
     };
     let inner = inner.strip_suffix(']').ok_or_else(bad)?;
+    let unordered = || ConfigError::OutOfRange {
+        key: key.to_owned(),
+        value: value.to_owned(),
+        valid: "intervals in strictly increasing order, each named once, `>` only last",
+    };
     let mut last_index: Option<usize> = None;
+    let mut last_mb: Option<u64> = None;
+    let mut saw_rest = false;
     for entry in inner.split(',') {
         let (interval, divs) = entry.split_once(':').ok_or_else(bad)?;
         let (interval, divs) = (interval.trim(), divs.trim());
         let d = parse_divisions(key, divs)?;
+        // `[1:2,1:4]` or `[512:2,256:1]` would silently let a later entry override or
+        // reorder an earlier one: PyTorch's list is ordered, so only that order is valid.
+        if saw_rest {
+            return Err(unordered());
+        }
         if interval == ">" {
+            saw_rest = true;
             let from = last_index.map_or(0, |i| i + 1);
             out[from.min(ROUNDUP_INTERVALS)..].fill(d);
             continue;
@@ -240,6 +262,10 @@ fn parse_roundup(key: &str, value: &str) -> Result<[u64; ROUNDUP_INTERVALS], Con
                 valid: "an interval size in MiB that is a power of two",
             });
         }
+        if last_mb.is_some_and(|last| mb <= last) {
+            return Err(unordered());
+        }
+        last_mb = Some(mb);
         let index = (mb.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
         if last_index.is_none() {
             out[..index].fill(d);

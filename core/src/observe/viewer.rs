@@ -49,6 +49,15 @@ pub enum ExportError {
         /// The error.
         source: std::io::Error,
     },
+    /// The path names something other than a regular file (a symlink, a FIFO, a device,
+    /// a directory): it is left alone rather than replaced by a regular file.
+    #[error("refusing to replace {path}: it is a {kind}, not a regular file")]
+    NotARegularFile {
+        /// The path.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+    },
 }
 
 fn i64_of(field: &'static str, value: u64) -> Result<i64, ExportError> {
@@ -251,16 +260,69 @@ impl ViewerSnapshot {
     }
 }
 
+/// Writes `bytes` to `path` through a uniquely named temporary file next to it, renamed
+/// over it; refuses to replace anything but a regular file. `Ok` means the file is there.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
+    use std::io::Write;
     let io = |source| ExportError::Io {
         path: path.display().to_string(),
         source,
     };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    // Only a regular file (or nothing) may be replaced: renaming over a symlink, a FIFO
+    // or a device would turn it into a regular file and report it "written".
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() => {
+            return Err(ExportError::NotARegularFile {
+                path: path.display().to_string(),
+                kind: file_kind(meta.file_type()),
+            });
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    // A uniquely named temporary file next to the target (same file system, so the rename
+    // is atomic): writers of one path never share a temporary file.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    tmp.write_all(bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
+}
+
+/// What a non-regular file is, in words.
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "FIFO";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "device";
+        }
+        if t.is_socket() {
+            return "socket";
+        }
+    }
+    if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
 }
 
 fn convert_segment(seg: &crate::allocator::SegmentInfo) -> Result<ViewerSegment, ExportError> {

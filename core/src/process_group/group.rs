@@ -83,6 +83,8 @@ impl<B: Backend> ProcessGroup<B> {
             to_unstash: Handoff::default(),
             counters: PgCounters::default(),
             aborted: AtomicBool::new(false),
+            first_failure: Mutex::new(None),
+            watchdog_signal: Arc::new((Mutex::new(false), parking_lot::Condvar::new())),
             spans: Mutex::new(std::collections::VecDeque::new()),
         });
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
@@ -168,6 +170,13 @@ impl<B: Backend> ProcessGroup<B> {
     /// watchdog and inherits this group's settings.
     pub fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup<B>>, PgError> {
         self.shared.release_completed();
+        // A sub-group of an aborted group would be created over a communicator whose
+        // peers may already have given up: refuse it, as every other operation is.
+        if self.is_aborted() {
+            return Err(PgError::Aborted {
+                reason: "the process group was aborted; it creates no sub-groups".to_owned(),
+            });
+        }
         match self.shared.comm.new_group(ranks)? {
             Some(comm) => Ok(Some(ProcessGroup::create(
                 Arc::clone(&self.shared.allocator),
@@ -176,6 +185,28 @@ impl<B: Backend> ProcessGroup<B> {
             )?)),
             None => Ok(None),
         }
+    }
+
+    /// Aborts the group, as a rank that fails must (NCCL's `ncclCommAbort`): the
+    /// communicator fails the pending and future operations of *every* member, so peers
+    /// blocked on this rank fail at once, naming the abort, instead of waiting out the
+    /// timeout; this member refuses new operations and sub-groups. Idempotent.
+    pub fn abort(&self) {
+        self.shared.comm.abort();
+        self.shared.aborted.store(true, Ordering::Release);
+    }
+
+    /// Whether the group was aborted ([`ProcessGroup::abort`], a timeout, or a shutdown
+    /// that gave up on work in flight).
+    pub fn is_aborted(&self) -> bool {
+        self.shared.aborted.load(Ordering::Acquire)
+    }
+
+    /// The first failure of any of the group's works (a collective that failed on the
+    /// device, was aborted by a peer or timed out), whether or not a caller waited on it:
+    /// a synchronous collective's failure is otherwise only visible in its data.
+    pub fn first_failure(&self) -> Option<PgError> {
+        self.shared.first_failure.lock().clone()
     }
 
     /// In place: every member's tensor becomes the reduction over members.
@@ -508,19 +539,21 @@ impl<B: Backend> ProcessGroup<B> {
         sh.policy
             .on_collective_start(&cx, &state, &WorkTensors { inputs, outputs }, kind);
         if let Err(source) = launch(sh.comm.as_ref(), &sh.comm_stream) {
-            sh.counters.works_failed.fetch_add(1, Ordering::Relaxed);
-            state.set_error(PgError::Comm {
-                op,
-                work: state.id,
-                source,
-            });
+            sh.fail_work(
+                &state,
+                PgError::Comm {
+                    op,
+                    work: state.id,
+                    source,
+                },
+            );
         }
         backend.record_event(&state.end_event, &sh.comm_stream)?;
         for out in outputs {
             sh.policy.after_launch(&cx, &state, out);
         }
         sh.counters.works_issued.fetch_add(1, Ordering::Relaxed);
-        sh.inflight.lock().push(Arc::clone(&state));
+        sh.work_issued(Arc::clone(&state));
         let work = Work {
             state,
             group: Arc::clone(sh),

@@ -127,7 +127,8 @@ pub struct ParseReuseModeError {
 /// A malformed `MULTI_STREAM_MEMORY_REUSE` value.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 #[error(
-    "invalid {variable}={value:?}: valid values are 0, 1, 2 or 3 (surrounding whitespace allowed; unset means 2)"
+    "invalid {variable}={}: valid values are 0, 1, 2 or 3 (surrounding whitespace allowed; unset means 2)",
+    crate::error::clip(value)
 )]
 pub struct ReuseModeError {
     /// The variable's name.

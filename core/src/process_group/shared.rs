@@ -33,6 +33,13 @@ pub(crate) struct PgShared<B: Backend> {
     pub(super) to_unstash: Handoff<B>,
     pub(super) counters: PgCounters,
     pub(super) aborted: AtomicBool,
+    /// The first work failure, kept for [`super::ProcessGroup::first_failure`] after the
+    /// work itself is gone (a synchronous collective's failure is seen by the watchdog).
+    pub(super) first_failure: Mutex<Option<PgError>>,
+    /// The watchdog's stop flag and wake-up: it sleeps without a timeout while nothing is
+    /// in flight (thousands of idle groups polling every 2 ms starve the ranks doing work),
+    /// and [`PgShared::work_issued`] wakes it.
+    pub(super) watchdog_signal: Arc<(Mutex<bool>, parking_lot::Condvar)>,
     /// The last [`WORK_SPAN_CAPACITY`] finished works, oldest first.
     pub(super) spans: Mutex<VecDeque<WorkSpan>>,
 }
@@ -76,14 +83,14 @@ impl<B: Backend> PgShared<B> {
         };
         if done {
             if let Some(source) = self.comm.async_error() {
-                if state.error().is_none() {
-                    self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
-                }
-                state.set_error(PgError::Comm {
-                    op: state.op,
-                    work: state.id,
-                    source,
-                });
+                self.fail_work(
+                    state,
+                    PgError::Comm {
+                        op: state.op,
+                        work: state.id,
+                        source,
+                    },
+                );
             }
             self.mark_completed(state);
         } else if state.issued_at.elapsed() > self.settings.timeout && state.error().is_none() {
@@ -125,10 +132,11 @@ impl<B: Backend> PgShared<B> {
     }
 
     /// Records `err` as the work's error unless it already has one (counted once).
-    fn fail_work(&self, state: &WorkState<B>, err: PgError) {
+    pub(super) fn fail_work(&self, state: &WorkState<B>, err: PgError) {
         let mut slot = state.error.lock();
         if slot.is_none() {
             self.counters.works_failed.fetch_add(1, Ordering::Relaxed);
+            self.first_failure.lock().get_or_insert_with(|| err.clone());
             *slot = Some(err);
         }
     }
@@ -195,6 +203,20 @@ impl<B: Backend> PgShared<B> {
             self.inflight.lock().retain(|w| !finished.contains(&w.id));
         }
         handed
+    }
+
+    /// Records a new in-flight work and wakes an idle watchdog. The signal's lock is taken
+    /// so the wake-up cannot fall between the watchdog's emptiness check and its sleep.
+    pub(super) fn work_issued(&self, state: Arc<WorkState<B>>) {
+        self.inflight.lock().push(state);
+        let (lock, cv) = &*self.watchdog_signal;
+        let _guard = lock.lock();
+        cv.notify_all();
+    }
+
+    /// Whether no work is in flight (the watchdog may sleep until one is issued).
+    pub(super) fn nothing_in_flight(&self) -> bool {
+        self.inflight.lock().is_empty()
     }
 
     /// One watchdog pass: observe in-flight works, hand over completed shelves. The

@@ -72,13 +72,6 @@ pub(crate) struct WorkState<B: Backend> {
 }
 
 impl<B: Backend> WorkState<B> {
-    pub(crate) fn set_error(&self, err: PgError) {
-        let mut slot = self.error.lock();
-        if slot.is_none() {
-            *slot = Some(err);
-        }
-    }
-
     pub(crate) fn error(&self) -> Option<PgError> {
         self.error.lock().clone()
     }

@@ -19,7 +19,7 @@ pub enum EnvError {
         expected: &'static str,
     },
     /// The variable is set to something invalid.
-    #[error("{var}={value:?} is invalid: expected {expected}")]
+    #[error("{var}={} is invalid: expected {expected}", crate::error::clip(value))]
     Invalid {
         /// The variable.
         var: &'static str,
@@ -55,7 +55,7 @@ pub struct LaunchEnv {
     pub master_port: u16,
 }
 
-const NUMBER: &str = "a decimal number made of the digits 0-9 only";
+const NUMBER: &str = "a decimal number made of the digits 0-9 only, without leading zeros";
 
 impl LaunchEnv {
     /// Parses the process environment.
@@ -164,7 +164,10 @@ fn parse_number(var: &'static str, text: &str) -> Result<usize, EnvError> {
         value: text.to_owned(),
         expected,
     };
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+    // `RANK=00` or `MASTER_PORT=080` is a typo or an octal habit, not a number to guess
+    // at: rejected, as `MULTI_STREAM_MEMORY_REUSE=02` is.
+    let leading_zero = text.len() > 1 && text.starts_with('0');
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) || leading_zero {
         return Err(invalid(NUMBER.to_owned()));
     }
     text.parse::<usize>()

@@ -328,7 +328,19 @@ fn launch_variables_parse_strictly() {
         ("MASTER_PORT", "29500x"),
         ("MASTER_ADDR", ""),
         ("MASTER_ADDR", "host name"),
+        // Leading zeros, rejected as `MULTI_STREAM_MEMORY_REUSE=02` is.
+        ("RANK", "00"),
+        ("RANK", "01"),
+        ("WORLD_SIZE", "04"),
+        ("LOCAL_RANK", "01"),
+        ("MASTER_PORT", "080"),
     ];
+    // A 100 KB value is not echoed in full.
+    let huge = "9".repeat(100_000);
+    let text = LaunchEnv::from_map(&with("RANK", Some(&huge)))
+        .expect_err("invalid")
+        .to_string();
+    assert!(text.len() < 300 && text.contains("100000 bytes"), "{text}");
     for (var, value) in bad {
         match LaunchEnv::from_map(&with(var, Some(value))) {
             Err(e @ EnvError::Invalid { var: v, .. }) => {
