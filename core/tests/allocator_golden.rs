@@ -158,7 +158,7 @@ fn run(conf: &str, seed: u64) -> Vec<u64> {
             }
             97 => {
                 alloc.reset_peak_stats();
-                line.push_str("K");
+                line.push('K');
             }
             _ => {
                 backend.advance_all();

@@ -31,6 +31,9 @@ mod callbacks;
 mod config;
 mod events;
 mod fragmentation;
+// Wired into the allocator in the next step.
+#[allow(dead_code)]
+mod index;
 mod oom;
 mod pool;
 mod reclaim;
