@@ -13,7 +13,7 @@ ir() {
     sed -n 's/.*I *refs: *//p' | tr -d ','
 }
 peers=(memreuse_mock memreuse_manual cubecl_exclusive cubecl_adaptive glibc
-       memreuse_manual_traced memreuse_mock_detector memreuse_manual_eager)
+       memreuse_manual_traced memreuse_mock_detector)
 echo "| peer | (a) 4 KiB Ir/pair | (a) 2 MiB Ir/pair |"
 echo "|---|---:|---:|"
 for p in "${peers[@]}"; do

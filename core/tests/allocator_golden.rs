@@ -165,7 +165,12 @@ fn run(conf: &str, seed: u64) -> Vec<u64> {
                 line.push_str("VA");
             }
         }
-        let _ = write!(line, "|{:?}", alloc.stats());
+        // `quarantined_bytes` is newer than the golden file; it stays 0 here (the manual
+        // backend's event queries never fail), so it is left out of the digest.
+        let stats = alloc.stats();
+        assert_eq!(stats.quarantined_bytes, 0);
+        let stats = format!("{stats:?}").replace(", quarantined_bytes: 0", "");
+        let _ = write!(line, "|{stats}");
         if step % 97 == 0 {
             line.push_str(&snapshot_text(&alloc));
         }

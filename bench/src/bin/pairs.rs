@@ -3,8 +3,7 @@
 //! Peer ids: memreuse_mock, memreuse_manual, cubecl_exclusive, cubecl_adaptive, glibc;
 //! diagnostics only (not in the table): memreuse_manual_traced (allocator trace ring buffer
 //! on, `DEFAULT_TRACE_CAPACITY` entries; it is off by default), memreuse_mock_detector (the
-//! mock with its race detector on, as tests run it; the table's mock has it off),
-//! memreuse_manual_eager (lazy coalescing off: every free merges at once, as in PyTorch).
+//! mock with its race detector on, as tests run it; the table's mock has it off).
 
 use memreuse_bench::{
     CAPACITY, Memreuse, Peer, PeerFn, PeerKind, Trace, TraceSpec, run_trace, time_pairs, with_peer,
@@ -57,11 +56,6 @@ fn main() {
         "memreuse_manual_traced" => {
             let traced = AllocatorConfig::default().with_trace_capacity(DEFAULT_TRACE_CAPACITY);
             job.call(Memreuse::with_config(ManualBackend::new(CAPACITY), traced));
-        }
-        "memreuse_manual_eager" => {
-            let m = Memreuse::new(ManualBackend::new(CAPACITY));
-            m.allocator.set_lazy_coalescing(false);
-            job.call(m);
         }
         "memreuse_mock_detector" => {
             let config = MockConfig {

@@ -70,6 +70,7 @@ impl FreeSet {
     }
 
     /// Number of free blocks.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
