@@ -24,7 +24,11 @@ impl PeerFn<()> for Job {
             Some(size) => {
                 time_pairs(&mut peer, size, 1000);
                 let d = time_pairs(&mut peer, size, self.n);
-                println!("{:.1} ns/pair", d.as_nanos() as f64 / self.n as f64);
+                println!(
+                    "{:.1} ns/pair ({:.1} ns CPU)",
+                    d.wall.as_nanos() as f64 / self.n as f64,
+                    d.cpu.as_nanos() as f64 / self.n as f64
+                );
             }
             None => {
                 let trace = Trace::generate(&TraceSpec {
@@ -33,8 +37,10 @@ impl PeerFn<()> for Job {
                 });
                 let d = run_trace(&mut peer, &trace);
                 println!(
-                    "{:.1} ns/pair, reserved peak {:?}",
-                    d.as_nanos() as f64 / trace.allocs as f64,
+                    "{} pairs: {:.1} ns/pair ({:.1} ns CPU), reserved peak {:?}",
+                    trace.allocs,
+                    d.wall.as_nanos() as f64 / trace.allocs as f64,
+                    d.cpu.as_nanos() as f64 / trace.allocs as f64,
                     peer.reserved_peak()
                 );
             }

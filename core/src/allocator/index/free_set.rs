@@ -61,10 +61,12 @@ pub(crate) struct FreeSet {
 
 impl FreeSet {
     pub fn new() -> Self {
+        let mut classes = Vec::new();
+        classes.resize_with(NUM_CLASSES, Vec::new);
         FreeSet {
             summary: 0,
             words: [0; WORDS],
-            classes: Vec::new(),
+            classes,
             len: 0,
         }
     }
@@ -76,36 +78,47 @@ impl FreeSet {
     }
 
     /// Adds a block (not present yet).
+    #[inline]
     pub fn insert(&mut self, key: FreeKey) {
-        if self.classes.is_empty() {
-            self.classes.resize_with(NUM_CLASSES, Vec::new);
-        }
         let c = class_of(key.size);
         let v = &mut self.classes[c];
+        self.len += 1;
+        if v.is_empty() {
+            // The usual case: a class holds one block (no search, no move).
+            v.push(key);
+            self.words[c / 64] |= 1 << (c % 64);
+            self.summary |= 1 << (c / 64);
+            return;
+        }
         let pos = v.partition_point(|k| (k.size, k.addr) < (key.size, key.addr));
         debug_assert!(v.get(pos) != Some(&key), "block inserted twice");
         v.insert(pos, key);
-        self.words[c / 64] |= 1 << (c % 64);
-        self.summary |= 1 << (c / 64);
-        self.len += 1;
     }
 
     /// Removes a block; false when it was not there.
+    #[inline]
     pub fn remove(&mut self, key: FreeKey) -> bool {
         let c = class_of(key.size);
-        let Some(v) = self.classes.get_mut(c) else {
-            return false;
-        };
-        let pos = v.partition_point(|k| (k.size, k.addr) < (key.size, key.addr));
-        if v.get(pos) != Some(&key) {
-            return false;
-        }
-        v.remove(pos);
-        if v.is_empty() {
-            self.words[c / 64] &= !(1 << (c % 64));
-            if self.words[c / 64] == 0 {
-                self.summary &= !(1 << (c / 64));
+        let v = &mut self.classes[c];
+        if v.len() == 1 {
+            if v[0] != key {
+                return false;
             }
+            v.clear();
+        } else {
+            let pos = v.partition_point(|k| (k.size, k.addr) < (key.size, key.addr));
+            if v.get(pos) != Some(&key) {
+                return false;
+            }
+            v.remove(pos);
+            if !v.is_empty() {
+                self.len -= 1;
+                return true;
+            }
+        }
+        self.words[c / 64] &= !(1 << (c % 64));
+        if self.words[c / 64] == 0 {
+            self.summary &= !(1 << (c / 64));
         }
         self.len -= 1;
         true
@@ -160,6 +173,11 @@ impl FreeSet {
         let mut next = self.next_class(c)?;
         if next == c {
             let v = &self.classes[c];
+            if let Some(k) = v.first()
+                && k.size >= size
+            {
+                return Some(*k);
+            }
             let pos = v.partition_point(|k| k.size < size);
             if let Some(k) = v.get(pos) {
                 return Some(*k);

@@ -72,6 +72,8 @@ pub(crate) struct BlockIndex {
     slab: Slab,
     /// Free sets by stream (few streams per allocator: a short vector beats a map).
     free: Vec<StreamFree>,
+    /// Index in `free` of the stream looked up last (checked first).
+    last_stream: usize,
     /// Segments by base address.
     segments: BTreeMap<u64, Segment>,
     figures: Figures,
@@ -85,6 +87,7 @@ impl BlockIndex {
         BlockIndex {
             slab: Slab::new(),
             free: Vec::new(),
+            last_stream: 0,
             segments: BTreeMap::new(),
             figures: Figures::default(),
             max_split_size,
@@ -134,6 +137,12 @@ impl BlockIndex {
 
     #[inline]
     fn free_set(&self, stream: StreamId, pool: PoolKind) -> Option<&FreeSet> {
+        // Most calls are for the stream of the previous mutable call.
+        if let Some(f) = self.free.get(self.last_stream)
+            && f.stream == stream
+        {
+            return Some(&f.pools[pool as usize]);
+        }
         self.free
             .iter()
             .find(|f| f.stream == stream)
@@ -142,6 +151,13 @@ impl BlockIndex {
 
     #[inline]
     fn free_set_mut(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeSet {
+        if self
+            .free
+            .get(self.last_stream)
+            .is_some_and(|f| f.stream == stream)
+        {
+            return &mut self.free[self.last_stream].pools[pool as usize];
+        }
         let i = if let Some(i) = self.free.iter().position(|f| f.stream == stream) {
             i
         } else {
@@ -151,6 +167,7 @@ impl BlockIndex {
             });
             self.free.len() - 1
         };
+        self.last_stream = i;
         &mut self.free[i].pools[pool as usize]
     }
 
@@ -298,11 +315,12 @@ impl BlockIndex {
     /// (`requested` asked for), splitting off the rest when the split rules say so.
     #[inline]
     pub fn hand_out(&mut self, slot: u32, size: u64, requested: u64) -> HandOut {
-        self.remove_free(slot);
         let b = *self.slab.get(slot);
+        debug_assert!(b.state.is_free());
         let before = b.split_contribution();
         let mut after = (0, 0);
-        if should_split(b.pool, b.size, size, self.max_split_size) {
+        let split = should_split(b.pool, b.size, size, self.max_split_size);
+        let remainder = split.then(|| {
             let r = self.slab.insert(Block {
                 generation: 0,
                 ptr: b.ptr + size,
@@ -320,8 +338,25 @@ impl BlockIndex {
             let h = self.slab.get_mut(slot);
             h.next = Some(r);
             h.size = size;
-            self.insert_free(r);
             after = self.slab.get(r).split_contribution();
+            r
+        });
+        // The free bytes lose the hand-out; the remainder stays free.
+        self.figures.cached_free_bytes -= if remainder.is_some() { size } else { b.size };
+        // One free set serves the block and its remainder (same stream and pool).
+        let set = self.free_set_mut(b.stream, b.pool);
+        let found = set.remove(FreeKey {
+            size: b.size,
+            addr: b.ptr,
+            slot,
+        });
+        debug_assert!(found, "free block missing from its free set");
+        if let Some(r) = remainder {
+            set.insert(FreeKey {
+                size: b.size - size,
+                addr: b.ptr + size,
+                slot: r,
+            });
         }
         self.apply_split_change(b.pool, before, after);
         let max_split = self.max_split_size;
@@ -450,16 +485,32 @@ impl BlockIndex {
         let (bp, bn) = (self.contribution(prev), self.contribution(next));
         let before = (bp.0 + bn.0, bp.1 + bn.1);
         let mut slot = slot;
+        let stream = self.slab.get(slot).stream;
+        // Neighbours share the block's stream and pool: one free set for every change.
+        let mut removed = 0;
+        let mut keys = [None, None];
+        for (k, n) in [prev, next].into_iter().enumerate() {
+            keys[k] = n.map(|n| self.key(n));
+        }
+        for key in keys.into_iter().flatten() {
+            removed += key.size;
+        }
         if let Some(p) = prev {
-            self.remove_free(p);
             self.absorb(p, slot);
             slot = p;
         }
         if let Some(n) = next {
-            self.remove_free(n);
             self.absorb(slot, n);
         }
-        self.insert_free(slot);
+        let key = self.key(slot);
+        let set = self.free_set_mut(stream, pool);
+        for k in keys.into_iter().flatten() {
+            let found = set.remove(k);
+            debug_assert!(found, "free neighbour missing from its free set");
+        }
+        set.insert(key);
+        self.figures.cached_free_bytes += key.size - removed;
+        self.slab.get_mut(slot).state = BlockState::Free { since: self.clock };
         let after = self.slab.get(slot).split_contribution();
         self.apply_split_change(pool, before, after);
         slot
