@@ -210,10 +210,6 @@ impl BlockIndex {
             .apply(pool, after.1 - before.1);
     }
 
-    fn contribution(&self, slot: Option<u32>) -> (i64, i64) {
-        slot.map_or((0, 0), |s| self.slab.get(s).split_contribution())
-    }
-
     /// A new segment of `size` bytes at `ptr` for `stream`'s `pool`, as one free block.
     pub fn add_segment(&mut self, ptr: u64, size: u64, stream: StreamId, pool: PoolKind) -> u32 {
         let slot = self.slab.insert(Block {
@@ -480,49 +476,66 @@ impl BlockIndex {
         f.active.decrease(pool, 1);
         f.active_bytes.decrease(pool, size);
         f.requested_bytes.decrease(pool, requested);
-        let prev = prev.filter(|&p| self.slab.get(p).state.is_free());
-        let next = next.filter(|&n| self.slab.get(n).state.is_free());
-        let (bp, bn) = (self.contribution(prev), self.contribution(next));
-        let before = (bp.0 + bn.0, bp.1 + bn.1);
-        let mut slot = slot;
+        // A free neighbour is never a whole segment (this block is beside it), so each
+        // counts (1, its size) in `inactive_split` before the merge.
+        let free_key = |slab: &Slab, n: Option<u32>| {
+            n.and_then(|n| {
+                let nb = slab.get(n);
+                nb.state.is_free().then_some(FreeKey {
+                    size: nb.size,
+                    addr: nb.ptr,
+                    slot: n,
+                })
+            })
+        };
+        let (pk, nk) = (free_key(&self.slab, prev), free_key(&self.slab, next));
         let stream = self.slab.get(slot).stream;
+        let mut merged = FreeKey {
+            size,
+            addr: self.slab.get(slot).ptr,
+            slot,
+        };
+        let mut before = (0, 0);
+        if let Some(p) = pk {
+            before = (before.0 + 1, before.1 + p.size as i64);
+            self.absorb(p.slot, slot);
+            merged = FreeKey {
+                size: merged.size + p.size,
+                addr: p.addr,
+                slot: p.slot,
+            };
+        }
+        if let Some(n) = nk {
+            before = (before.0 + 1, before.1 + n.size as i64);
+            self.absorb(merged.slot, n.slot);
+            merged.size += n.size;
+        }
         // Neighbours share the block's stream and pool: one free set for every change.
-        let mut removed = 0;
-        let mut keys = [None, None];
-        for (k, n) in [prev, next].into_iter().enumerate() {
-            keys[k] = n.map(|n| self.key(n));
-        }
-        for key in keys.into_iter().flatten() {
-            removed += key.size;
-        }
-        if let Some(p) = prev {
-            self.absorb(p, slot);
-            slot = p;
-        }
-        if let Some(n) = next {
-            self.absorb(slot, n);
-        }
-        let key = self.key(slot);
         let set = self.free_set_mut(stream, pool);
-        for k in keys.into_iter().flatten() {
+        for k in [pk, nk].into_iter().flatten() {
             let found = set.remove(k);
             debug_assert!(found, "free neighbour missing from its free set");
         }
-        set.insert(key);
-        self.figures.cached_free_bytes += key.size - removed;
-        self.slab.get_mut(slot).state = BlockState::Free { since: self.clock };
-        let after = self.slab.get(slot).split_contribution();
+        set.insert(merged);
+        self.figures.cached_free_bytes += size;
+        let m = self.slab.get_mut(merged.slot);
+        m.state = BlockState::Free { since: self.clock };
+        let after = m.split_contribution();
         self.apply_split_change(pool, before, after);
-        slot
+        merged.slot
     }
 
     /// `low` absorbs its upper neighbour `high`, whose slot is vacated.
+    #[inline]
     fn absorb(&mut self, low: u32, high: u32) {
-        let h = *self.slab.get(high);
+        let (hsize, hnext) = {
+            let h = self.slab.get(high);
+            (h.size, h.next)
+        };
         let l = self.slab.get_mut(low);
-        l.size += h.size;
-        l.next = h.next;
-        if let Some(n) = h.next {
+        l.size += hsize;
+        l.next = hnext;
+        if let Some(n) = hnext {
             self.slab.get_mut(n).prev = Some(low);
         }
         self.slab.remove(high);
