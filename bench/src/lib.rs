@@ -52,10 +52,12 @@ pub const CUBECL_ALIGNMENT: u64 = 32;
 
 pub use anchors::{OFFSET_UNIT, OffsetAlloc, RLSF_SCALE, Rlsf};
 pub use cubecl::{CubeCl, NullStorage};
+pub use recorded::{parse_recorded, read_recorded};
 pub use trace::{Op, SplitMix64, Trace, TraceSpec};
 
 mod anchors;
 mod cubecl;
+mod recorded;
 mod trace;
 
 // ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 //! Runs one peer alone, for profilers (perf, callgrind):
-//! `pairs <peer-id> <size-bytes|trace> [pairs]`, e.g. `pairs memreuse_mock 4096 1000000`.
+//! `pairs <peer-id> <size-bytes|trace|recorded:FILE> [pairs]`, e.g. `pairs memreuse_mock 4096
+//! 1000000` or `pairs rlsf recorded:../traces/gpt2-small.trace.gz`.
 //! Peer ids: memreuse_mock, memreuse_manual, cubecl_exclusive, cubecl_adaptive, glibc;
 //! diagnostics only (not in the table): memreuse_manual_traced (allocator trace ring buffer
 //! on, `DEFAULT_TRACE_CAPACITY` entries; it is off by default), memreuse_mock_detector (the
@@ -16,6 +17,8 @@ use memreuse_mock::{MockConfig, MockDevice};
 struct Job {
     size: Option<u64>,
     n: u64,
+    /// A recorded `memreuse.trace/1` file to replay instead of the synthetic trace.
+    recorded: Option<String>,
 }
 
 impl PeerFn<()> for Job {
@@ -31,10 +34,13 @@ impl PeerFn<()> for Job {
                 );
             }
             None => {
-                let trace = Trace::generate(&TraceSpec {
-                    ops: self.n as usize,
-                    ..TraceSpec::ISSUE_2
-                });
+                let trace = match &self.recorded {
+                    Some(path) => memreuse_bench::read_recorded(path).expect("recorded trace"),
+                    None => Trace::generate(&TraceSpec {
+                        ops: self.n as usize,
+                        ..TraceSpec::ISSUE_2
+                    }),
+                };
                 let d = run_trace(&mut peer, &trace);
                 println!(
                     "{} pairs: {:.1} ns/pair ({:.1} ns CPU), reserved peak {:?}",
@@ -51,13 +57,18 @@ impl PeerFn<()> for Job {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let id = args.first().map_or("", String::as_str);
+    let recorded = args
+        .get(1)
+        .and_then(|a| a.strip_prefix("recorded:"))
+        .map(str::to_owned);
     let size = match args.get(1).map(String::as_str) {
         Some("trace") => None,
+        Some(a) if a.starts_with("recorded:") => None,
         Some(s) => Some(s.parse().expect("size in bytes")),
         None => Some(4096),
     };
     let n = args.get(2).map_or(1_000_000, |s| s.parse().expect("count"));
-    let job = Job { size, n };
+    let job = Job { size, n, recorded };
     match id {
         "memreuse_manual_traced" => {
             let traced = AllocatorConfig::default().with_trace_capacity(DEFAULT_TRACE_CAPACITY);
