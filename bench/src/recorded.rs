@@ -37,7 +37,8 @@ pub fn parse_recorded(text: &str) -> Result<Trace, String> {
     let mut ops = Vec::new();
     let mut live: HashMap<u64, (u32, u64)> = HashMap::new();
     let mut free_slots: Vec<u32> = Vec::new();
-    let (mut slots, mut allocs, mut bytes, mut peak, mut requested) = (0u32, 0u64, 0u64, 0u64, 0u64);
+    let (mut slots, mut allocs, mut bytes, mut peak, mut requested) =
+        (0u32, 0u64, 0u64, 0u64, 0u64);
     for (i, line) in lines {
         let f: Vec<&str> = line.split_whitespace().collect();
         let num = |k: usize| -> Result<u64, String> {

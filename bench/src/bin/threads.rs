@@ -41,7 +41,10 @@ fn main() {
     let n = std::env::args()
         .nth(1)
         .map_or(2_000_000, |s| s.parse().expect("pairs per thread"));
-    for (label, shared) in [("one allocator, 2 threads", true), ("two allocators, 1 thread each", false)] {
+    for (label, shared) in [
+        ("one allocator, 2 threads", true),
+        ("two allocators, 1 thread each", false),
+    ] {
         let (rate, cpu) = run(shared, n);
         println!(
             "{label}: {:.2} M pairs/s aggregate (wall), {cpu:.2} s CPU for {} pairs",
