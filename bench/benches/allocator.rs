@@ -57,7 +57,7 @@ struct TraceOnce<'a>(&'a Trace);
 
 impl PeerFn<(Duration, Option<u64>)> for TraceOnce<'_> {
     fn call<P: Peer>(self, mut peer: P) -> (Duration, Option<u64>) {
-        let d = run_trace(&mut peer, self.0);
+        let d = run_trace(&mut peer, self.0).wall;
         (d, peer.reserved_peak())
     }
 }

@@ -7,7 +7,9 @@
 //! - [`CubeCl`]: `cubecl_server::memory_management::MemoryManagement` (cubecl-server
 //!   0.11.3) in its `ExclusivePages` and `Adaptive` configurations, over [`NullStorage`],
 //!   a `ComputeStorage` that hands out addresses without touching memory;
-//! - [`Glibc`]: `std::alloc::System` (glibc `malloc`/`free`).
+//! - [`Glibc`]: `std::alloc::System` (glibc `malloc`/`free`);
+//! - [`OffsetAlloc`] and [`Rlsf`]: the CPU sub-allocator anchors `offset-allocator` 0.2.0
+//!   and `rlsf` 0.2.3 (see `anchors.rs`).
 //!
 //! A "malloc+free pair" is one allocation of `size` bytes and, later, its release:
 //! - memreuse: `CachingAllocator::allocate`, then dropping the returned `Storage`;
@@ -48,10 +50,14 @@ pub const CUBECL_MAX_PAGE: u64 = CAPACITY / 4;
 /// Offset alignment of the cubecl device (the CUDA/HIP runtimes' 32 bytes).
 pub const CUBECL_ALIGNMENT: u64 = 32;
 
+pub use anchors::{OFFSET_UNIT, OffsetAlloc, RLSF_SCALE, Rlsf};
 pub use cubecl::{CubeCl, NullStorage};
+pub use recorded::{parse_recorded, read_recorded};
 pub use trace::{Op, SplitMix64, Trace, TraceSpec};
 
+mod anchors;
 mod cubecl;
+mod recorded;
 mod trace;
 
 // ---------------------------------------------------------------------------------------
@@ -86,16 +92,22 @@ pub enum PeerKind {
     CubeclAdaptive,
     /// glibc malloc/free.
     Glibc,
+    /// `offset-allocator` 0.2.0 (offsets only).
+    OffsetAllocator,
+    /// `rlsf` 0.2.3 (TLSF) over a 1/16-scale arena.
+    Rlsf,
 }
 
 impl PeerKind {
     /// Every peer, in table order.
-    pub const ALL: [PeerKind; 5] = [
+    pub const ALL: [PeerKind; 7] = [
         PeerKind::MemreuseMock,
         PeerKind::MemreuseManual,
         PeerKind::CubeclExclusive,
         PeerKind::CubeclAdaptive,
         PeerKind::Glibc,
+        PeerKind::OffsetAllocator,
+        PeerKind::Rlsf,
     ];
 
     /// Label in tables and criterion ids.
@@ -106,6 +118,8 @@ impl PeerKind {
             PeerKind::CubeclExclusive => "cubecl-0.11.3/ExclusivePages",
             PeerKind::CubeclAdaptive => "cubecl-0.11.3/Adaptive",
             PeerKind::Glibc => "glibc malloc/free",
+            PeerKind::OffsetAllocator => "offset-allocator-0.2.0 (offsets only)",
+            PeerKind::Rlsf => "rlsf-0.2.3 TLSF (arena 1/16)",
         }
     }
 
@@ -117,6 +131,8 @@ impl PeerKind {
             PeerKind::CubeclExclusive => "cubecl_exclusive",
             PeerKind::CubeclAdaptive => "cubecl_adaptive",
             PeerKind::Glibc => "glibc",
+            PeerKind::OffsetAllocator => "offset_allocator",
+            PeerKind::Rlsf => "rlsf",
         }
     }
 }
@@ -130,6 +146,8 @@ pub fn with_peer<R>(kind: PeerKind, f: impl PeerFn<R>) -> R {
         PeerKind::CubeclExclusive => f.call(CubeCl::new(MemoryConfiguration::ExclusivePages)),
         PeerKind::CubeclAdaptive => f.call(CubeCl::new(MemoryConfiguration::Adaptive)),
         PeerKind::Glibc => f.call(Glibc),
+        PeerKind::OffsetAllocator => f.call(OffsetAlloc::new()),
+        PeerKind::Rlsf => f.call(Rlsf::new()),
     }
 }
 
@@ -248,19 +266,57 @@ pub fn pair<P: Peer>(peer: &mut P, size: u64) {
     peer.free(h);
 }
 
+/// Wall-clock and process CPU time of one measurement.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Wall-clock time.
+    pub wall: Duration,
+    /// CPU time of the process (`CLOCK_PROCESS_CPUTIME_ID`): on a machine loaded by other
+    /// jobs it counts only the time this process ran, so it decides ratios, not wall time.
+    pub cpu: Duration,
+}
+
+/// CPU time consumed by this process so far (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Starts a [`Timing`] measurement; `finish` it at the end.
+struct Stopwatch(Instant, Duration);
+
+impl Stopwatch {
+    fn start() -> Self {
+        Stopwatch(Instant::now(), cpu_time())
+    }
+
+    fn finish(self) -> Timing {
+        Timing {
+            wall: self.0.elapsed(),
+            cpu: cpu_time().saturating_sub(self.1),
+        }
+    }
+}
+
 /// Times `n` pairs of `size` bytes.
-pub fn time_pairs<P: Peer>(peer: &mut P, size: u64, n: u64) -> Duration {
-    let t = Instant::now();
+pub fn time_pairs<P: Peer>(peer: &mut P, size: u64, n: u64) -> Timing {
+    let t = Stopwatch::start();
     for _ in 0..n {
         pair(peer, size);
     }
-    t.elapsed()
+    t.finish()
 }
 
 /// Runs `trace` on `peer`; returns the time taken.
-pub fn run_trace<P: Peer>(peer: &mut P, trace: &Trace) -> Duration {
+pub fn run_trace<P: Peer>(peer: &mut P, trace: &Trace) -> Timing {
     let mut slots: Vec<Option<P::Handle>> = (0..trace.slots).map(|_| None).collect();
-    let t = Instant::now();
+    let t = Stopwatch::start();
     for op in &trace.ops {
         match *op {
             Op::Alloc { slot, size } => {
@@ -275,7 +331,7 @@ pub fn run_trace<P: Peer>(peer: &mut P, trace: &Trace) -> Duration {
             }
         }
     }
-    let elapsed = t.elapsed();
+    let elapsed = t.finish();
     debug_assert!(slots.iter().all(Option::is_none));
     elapsed
 }

@@ -121,6 +121,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The identity of a stream: equal for handles to the same stream.
     fn stream_id(&self, stream: &Self::Stream) -> StreamId;
 
+    /// True when `stream` belongs to this device of this backend instance. The allocator
+    /// refuses other streams (their ids could collide with this device's). Optional: the
+    /// default accepts every stream, for backends whose handles cannot belong elsewhere.
+    #[inline]
+    fn owns_stream(&self, stream: &Self::Stream) -> bool {
+        let _ = stream;
+        true
+    }
+
     /// Creates an event (unrecorded: querying it reports complete).
     fn create_event(&self) -> Result<Self::Event, BackendError>;
 

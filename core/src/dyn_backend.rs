@@ -71,6 +71,7 @@ pub trait DynBackend: Send + Sync + 'static {
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError>;
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError>;
     fn default_stream(&self) -> DynStream;
+    fn owns_stream(&self, stream: &DynStream) -> bool;
     fn create_stream(&self) -> Result<DynStream, BackendError>;
     fn create_event(&self) -> Result<DynEvent, BackendError>;
     fn record_event(&self, event: &DynEvent, stream: &DynStream) -> Result<(), BackendError>;
@@ -141,6 +142,11 @@ impl<B: Backend> DynBackend for B {
     }
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
         Backend::free(self, ptr)
+    }
+    fn owns_stream(&self, stream: &DynStream) -> bool {
+        stream
+            .downcast_ref::<B::Stream>()
+            .is_some_and(|s| Backend::owns_stream(self, s))
     }
     fn default_stream(&self) -> DynStream {
         let s = Backend::default_stream(self);
@@ -334,6 +340,9 @@ impl Backend for AnyBackend {
     }
     fn create_stream(&self) -> Result<DynStream, BackendError> {
         self.0.create_stream()
+    }
+    fn owns_stream(&self, stream: &DynStream) -> bool {
+        self.0.owns_stream(stream)
     }
     fn stream_id(&self, stream: &DynStream) -> StreamId {
         stream.id

@@ -318,6 +318,10 @@ impl Backend for MockDevice {
         Ok(self.stream_handle(s))
     }
 
+    fn owns_stream(&self, stream: &MockStream) -> bool {
+        stream.cluster == self.core().uid && stream.device == self.slot
+    }
+
     fn stream_id(&self, stream: &MockStream) -> StreamId {
         StreamId(stream.index as u64)
     }

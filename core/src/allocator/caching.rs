@@ -9,15 +9,16 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::ids::{AllocationId, DevicePtr, WorkId};
 
-use super::block::{BlockRef, UseOwner};
+use super::block::UseOwner;
 use super::callbacks::{CallbackId, Registry};
 use super::config::AllocatorConfig;
+use super::index::{BlockRef, HandOut};
 use super::oom::{AllocError, OomInfo};
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
-use super::state::{HandOut, Request, State};
+use super::state::{Request, State};
 use super::stats::AllocatorStats;
-use super::storage::{Storage, StorageInner};
+use super::storage::{Hand, Storage};
 use super::uses::EraseOutcome;
 
 /// With `lazy_reclaim`, events are processed at malloc only above this many pending events
@@ -34,6 +35,21 @@ pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
 ///
 /// The hot path (a cached allocate or free) takes one `parking_lot` mutex. Free-memory
 /// callbacks and OOM observers run without it.
+///
+/// # Failed event queries
+/// A freed block whose event query or synchronization fails (a failed collective on the
+/// stream that used it, say) is quarantined: the call that met the failure returns it,
+/// once; the block is never reused while quarantined (`quarantined_bytes` in
+/// [`AllocatorStats`]); every other request is served; and the block returns to the pool
+/// after a synchronize of every stream that used it succeeds
+/// ([`CachingAllocator::release_quarantined`], [`CachingAllocator::empty_cache`]).
+///
+/// # Streams of another device
+/// [`CachingAllocator::allocate`] refuses a stream its backend does not own
+/// ([`Backend::owns_stream`]) with [`AllocError::ForeignStream`];
+/// [`CachingAllocator::try_record_stream`] does too, and
+/// [`CachingAllocator::record_stream`] ignores such a stream (counting the call), so no
+/// event is ever recorded on a stream this device cannot wait for.
 pub struct CachingAllocator<B: Backend> {
     backend: Arc<B>,
     config: AllocatorConfig,
@@ -102,6 +118,9 @@ impl<B: Backend> CachingAllocator<B> {
         bytes: u64,
         stream: &B::Stream,
     ) -> Result<Storage<B>, AllocError> {
+        if !self.backend.owns_stream(stream) {
+            return Err(self.foreign_stream("allocate"));
+        }
         let size = round_size(bytes, &self.config.roundup_power2_divisions);
         let req = Request {
             stream,
@@ -111,13 +130,12 @@ impl<B: Backend> CachingAllocator<B> {
             pool: pool_for(size),
             alloc_size: segment_size(size),
         };
-        let out = self.malloc(&req)?;
-        let allocation_id = AllocationId::fresh();
+        let (out, allocation_id) = self.malloc(&req)?;
         self.backend
             .annotate_allocation(DevicePtr(out.ptr), out.size, allocation_id);
         Ok(Storage {
-            inner: Arc::new(StorageInner {
-                allocator: Arc::clone(self),
+            allocator: Arc::clone(self),
+            hand: Hand {
                 block: out.block,
                 ptr: DevicePtr(out.ptr),
                 size: out.size,
@@ -125,19 +143,48 @@ impl<B: Backend> CachingAllocator<B> {
                 stream: stream.clone(),
                 stream_id: req.stream_id,
                 allocation_id,
-            }),
+            },
         })
     }
 
-    fn malloc(&self, req: &Request<'_, B>) -> Result<HandOut, AllocError> {
+    #[cold]
+    fn foreign_stream(&self, call: &'static str) -> AllocError {
+        AllocError::ForeignStream {
+            call,
+            backend: self.backend.name().to_owned(),
+            device: self.backend.device_index(),
+        }
+    }
+
+    fn malloc(&self, req: &Request<'_, B>) -> Result<(HandOut, AllocationId), AllocError> {
         let mut st = self.state.lock();
-        st.malloc_count += 1;
-        if !self.config.lazy_reclaim || st.pending_events > LAZY_RECLAIM_EVENTS {
+        let out = self.malloc_locked(&mut st, req)?;
+        Ok((out, st.next_allocation_id()))
+    }
+
+    fn malloc_locked(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State<B>>,
+        req: &Request<'_, B>,
+    ) -> Result<HandOut, AllocError> {
+        st.index.tick();
+        if !st.pending.is_empty()
+            && (!self.config.lazy_reclaim || st.pending_events > LAZY_RECLAIM_EVENTS)
+        {
             st.process_events()?;
         }
         if let Some(out) = st.serve(req) {
             return Ok(out);
         }
+        self.malloc_slow(st, req)
+    }
+
+    #[cold]
+    fn malloc_slow(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State<B>>,
+        req: &Request<'_, B>,
+    ) -> Result<HandOut, AllocError> {
         if self.config.lazy_reclaim {
             st.process_events()?;
             if let Some(out) = st.serve(req) {
@@ -145,13 +192,14 @@ impl<B: Backend> CachingAllocator<B> {
             }
         }
         if !self.free_callbacks.is_empty() {
-            // Callbacks drop storages, which re-enters `free_block`: never hold the lock.
-            drop(st);
-            let mut freed = false;
-            for cb in self.free_callbacks.snapshot() {
-                freed |= cb();
-            }
-            st = self.state.lock();
+            // Callbacks drop storages, which re-enters `drop_handle`: never hold the lock.
+            let freed = parking_lot::MutexGuard::unlocked(st, || {
+                let mut freed = false;
+                for cb in self.free_callbacks.snapshot() {
+                    freed |= cb();
+                }
+                freed
+            });
             if freed {
                 st.process_events()?;
                 if let Some(out) = st.serve(req) {
@@ -159,8 +207,6 @@ impl<B: Backend> CachingAllocator<B> {
                 }
             }
         }
-        // Every step below may reserve or release device memory: no block stays parked.
-        st.flush_bins();
         st.garbage_collect()?;
         if let Some(slot) = st.alloc_segment(req, false)? {
             return Ok(st.hand_out(slot, req));
@@ -180,28 +226,40 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(st.hand_out(slot, req));
         }
         let (info, mut err) = st.out_of_memory(req);
-        drop(st);
         // The snapshot shows the moment of failure: before observers free anything.
         let template = self.oom_snapshot.lock().clone();
-        if let Some(template) = template {
-            match crate::observe::oom::write_oom_snapshot(self, &info, &template) {
-                Ok(file) => err.snapshot = Some(file),
-                Err((file, why)) => err.snapshot_error = Some((file, why.to_string())),
+        parking_lot::MutexGuard::unlocked(st, || {
+            if let Some(template) = template {
+                match crate::observe::oom::write_oom_snapshot(self, &info, &template) {
+                    Ok(file) => err.snapshot = Some(file),
+                    Err((file, why)) => err.snapshot_error = Some((file, why.to_string())),
+                }
             }
-        }
-        for observer in self.oom_observers.snapshot() {
-            observer(&info);
-        }
+            for observer in self.oom_observers.snapshot() {
+                observer(&info);
+            }
+        });
         Err(AllocError::OutOfMemory(Box::new(err)))
     }
 
-    /// Called when the last handle of a storage drops.
-    pub(crate) fn free_block(&self, block: BlockRef) {
+    /// Drops one handle of `block`; the last one frees the block.
+    #[inline]
+    pub(crate) fn drop_handle(&self, block: BlockRef) {
         self.state.lock().free_user(block);
     }
 
+    /// Counts one more handle of the allocated `block`; false when it is not allocated.
+    pub(crate) fn add_handle(&self, block: BlockRef) -> bool {
+        self.state.lock().index.add_handle(block)
+    }
+
+    /// Handles of the allocated `block`.
+    pub(crate) fn handle_count(&self, block: BlockRef) -> u32 {
+        self.state.lock().index.handles(block)
+    }
+
     fn owns(&self, storage: &Storage<B>) -> bool {
-        std::ptr::eq(Arc::as_ptr(&storage.inner.allocator), self)
+        std::ptr::eq(Arc::as_ptr(&storage.allocator), self)
     }
 
     /// The user's `record_stream` (rule 2): `stream` uses the block, so freeing it waits for
@@ -217,14 +275,39 @@ impl<B: Backend> CachingAllocator<B> {
         self.record(storage, stream, UseOwner::Work(work));
     }
 
-    fn record(&self, storage: &Storage<B>, stream: &B::Stream, owner: UseOwner) {
+    /// As [`CachingAllocator::record_stream`], but a stream of another device is refused
+    /// with [`AllocError::ForeignStream`] (nothing recorded) instead of ignored.
+    pub fn try_record_stream(
+        &self,
+        storage: &Storage<B>,
+        stream: &B::Stream,
+    ) -> Result<(), AllocError> {
+        if self.record(storage, stream, UseOwner::User) {
+            Ok(())
+        } else {
+            Err(self.foreign_stream("record_stream"))
+        }
+    }
+
+    /// Records the use; false (nothing recorded, the call counted) for a stream of another
+    /// device.
+    fn record(&self, storage: &Storage<B>, stream: &B::Stream, owner: UseOwner) -> bool {
+        if !self.backend.owns_stream(stream) {
+            tracing::warn!(
+                device = self.backend.device_index(),
+                "memreuse allocator: record_stream with a stream of another device ignored"
+            );
+            self.state.lock().counts.record_stream_calls += 1;
+            return false;
+        }
         let id = self.backend.stream_id(stream);
         let mut st = self.state.lock();
         if self.owns(storage) {
             st.record_use(storage.block_ref(), stream, id, owner);
         } else {
-            st.stats.record_stream_calls += 1;
+            st.counts.record_stream_calls += 1;
         }
+        true
     }
 
     /// Removes `work`'s use of `stream` from `storage`'s block (rule 4), only when the
@@ -237,7 +320,7 @@ impl<B: Backend> CachingAllocator<B> {
         current: &B::Stream,
     ) -> EraseOutcome {
         if !self.owns(storage) {
-            self.state.lock().stats.erase_stream_calls += 1;
+            self.state.lock().counts.erase_stream_calls += 1;
             return EraseOutcome::StaleBlock;
         }
         self.erase_stream_by_block(storage.block_ref(), work, stream, current)
@@ -270,34 +353,30 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Synchronizes every pending event (as PyTorch's `empty_cache` does), then releases
-    /// every free whole-segment cached block to the device.
+    /// every free whole-segment cached block to the device. Quarantined blocks whose streams
+    /// now synchronize return to the pool first; a pending block that cannot be
+    /// synchronized is quarantined, its error returned once, and the rest still released.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
         self.state.lock().release_cached()?;
         Ok(())
     }
 
+    /// Synchronizes the streams that used each quarantined block and returns the blocks
+    /// whose streams all synchronized to the pool. Returns the bytes that went back, or the
+    /// first synchronize failure (those blocks stay quarantined; the others were tried).
+    pub fn release_quarantined(&self) -> Result<u64, AllocError> {
+        Ok(self.state.lock().release_quarantined()?)
+    }
+
     /// A copy of the statistics, with the fragmentation of the cached free blocks (an
     /// O(free blocks) walk of the pools under the lock).
     pub fn stats(&self) -> AllocatorStats {
-        let st = self.state.lock();
-        let mut stats = st.stats.clone();
-        stats.fragmentation = st.fragmentation();
-        stats
+        self.state.lock().stats()
     }
 
     /// Resets every peak to its current value.
     pub fn reset_peak_stats(&self) {
-        self.state.lock().stats.reset_peaks();
-    }
-
-    /// Turns lazy coalescing (the exact-size fast path of parked free blocks) off or on.
-    /// Its effects are exactly those of eager merging, so this only exists for tests that
-    /// check that equivalence by running an eager twin.
-    #[doc(hidden)]
-    pub fn set_lazy_coalescing(&self, on: bool) {
-        let mut st = self.state.lock();
-        st.flush_bins();
-        st.bin_capacity = if on { super::bins::BIN_CAPACITY } else { 0 };
+        self.state.lock().index.reset_peaks();
     }
 
     /// Segments, blocks and the trace (records a `snapshot` trace entry).

@@ -1,15 +1,9 @@
 //! Fragmentation of the cached free memory, per pool, as part of [`super::AllocatorStats`].
 //!
 //! The figure is RMM's arena and Umpire's: `1 - largest free block / total free bytes`.
-//! Pending-free blocks are not free yet and do not count. Blocks parked by lazy coalescing
-//! (`bins.rs`) count as the block eager merging would have made of them, so the figures are
-//! exactly those of PyTorch's merge-on-free, and equal to what
-//! [`crate::observe::fragmentation`] computes from a snapshot.
-
-use crate::backend::Backend;
-
-use super::sizes::PoolKind;
-use super::state::State;
+//! Pending-free and quarantined blocks are not free yet and do not count. Free blocks merge
+//! at once (as in PyTorch), so the figures equal what [`crate::observe::fragmentation`]
+//! computes from a snapshot.
 
 /// The free (cached, `inactive`) blocks of one pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,32 +64,6 @@ impl Fragmentation {
         } else {
             self.large.add(size);
         }
-    }
-}
-
-impl<B: Backend> State<B> {
-    /// The fragmentation of the canonical (eagerly merged) free blocks, without merging the
-    /// parked ones: a parked block stands for itself plus its pooled upper neighbour, which
-    /// is therefore not counted on its own. O(free blocks), under the allocator lock.
-    pub fn fragmentation(&self) -> Fragmentation {
-        let mut f = Fragmentation::default();
-        for kind in [PoolKind::Small, PoolKind::Large] {
-            for key in self.pool(kind).iter() {
-                let remainder_of_parked = self
-                    .slab
-                    .get(key.slot)
-                    .prev
-                    .is_some_and(|p| self.is_parked(p));
-                if !remainder_of_parked {
-                    f.add(kind == PoolKind::Small, key.size);
-                }
-            }
-        }
-        for &slot in &self.bins {
-            let pool = self.slab.get(slot).pool;
-            f.add(pool == PoolKind::Small, self.merged_size(slot));
-        }
-        f
     }
 }
 

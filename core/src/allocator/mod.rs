@@ -7,32 +7,34 @@
 //! generation-checked block references ([`BlockRef`]) for the mode-3 erase of a dropped
 //! tensor.
 //!
-//! # The cached fast path
-//! A block freed with no stream uses is parked unmerged (`bins.rs`) and taken back by the
-//! next request that eager best fit would serve with it, with no pool operation; every
-//! observable effect (addresses, sizes, statistics, snapshots) is that of PyTorch's eager
-//! merge-on-free. The trace ring buffer is off by default
-//! ([`AllocatorConfig::with_trace_capacity`] turns it on), as PyTorch's memory history is.
+//! # Layers
+//! - `index/`: the device-free block index (segments and blocks as addresses and sizes,
+//!   best fit with size-class bitmaps in PyTorch's exact order, split and merge, the
+//!   memory figures). No `Backend` type, no device handles; tested alone.
+//! - `state.rs`, `reclaim.rs`, `uses.rs`: the device-facing layer under the allocator lock
+//!   (raw segments, stream uses and events, quarantine, the retry chain's steps).
+//! - `caching.rs`: the public face and the malloc chain, which drops the lock around
+//!   callbacks and observers. The trace ring buffer is off by default
+//!   ([`AllocatorConfig::with_trace_capacity`] turns it on), as PyTorch's memory history is.
 //!
 //! # Heap allocation on the hot path
-//! A cached allocate and a free without stream uses allocate only for the returned
-//! [`Storage`] handle (one `Arc`) and whatever the ordered pool sets need when a B-tree node
-//! splits (rare once the pools are warm). Slots, their use and event vectors, the event pool
-//! and the trace ring buffer (once full) are reused; the per-work `record_stream` path
-//! allocates only when a block's use vector grows beyond what its slot held before.
+//! None in the steady state: a cached allocate and a free without stream uses touch the
+//! index's slab and class vectors (which keep their capacity) and return a [`Storage`]
+//! handle by value (its handle count lives in the block's slot; no per-allocation `Arc`).
+//! The per-work `record_stream` path allocates only when a block's use vector grows beyond
+//! what its slot held before.
 
 // Prose names PyTorch and torch_npu throughout; they are projects, not code items.
 #![allow(clippy::doc_markdown)]
 
-mod bins;
 mod block;
 mod caching;
 mod callbacks;
 mod config;
 mod events;
 mod fragmentation;
+mod index;
 mod oom;
-mod pool;
 mod reclaim;
 mod sizes;
 mod snapshot;
@@ -42,13 +44,14 @@ mod storage;
 mod trace;
 mod uses;
 
-pub use block::{BlockRef, UseOwner};
+pub use block::UseOwner;
 pub use caching::{CachingAllocator, FreeMemoryCallback, LAZY_RECLAIM_EVENTS, OomObserver};
 pub use callbacks::CallbackId;
 pub use config::{
     ALLOC_CONF_ENV, AllocatorConfig, ConfigError, DEFAULT_TRACE_CAPACITY, VALID_KEYS,
 };
 pub use fragmentation::{Fragmentation, PoolFragmentation};
+pub use index::BlockRef;
 pub use oom::{AllocError, FormatSize, OomInfo, OutOfMemory};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,

@@ -182,6 +182,20 @@ pub enum AllocError {
     /// A backend call failed with something other than out-of-memory.
     #[error("memreuse allocator: {0}")]
     Backend(#[from] BackendError),
+    /// A stream of another device (or another backend instance) was passed; pass a stream
+    /// of this allocator's backend (its default stream or one it created).
+    #[error(
+        "memreuse allocator ({backend} device {device}): {call} was given a stream of another \
+         device; pass a stream created by this allocator's backend"
+    )]
+    ForeignStream {
+        /// The refused call (`allocate`, `record_stream`).
+        call: &'static str,
+        /// This allocator's backend name.
+        backend: String,
+        /// This allocator's device index.
+        device: usize,
+    },
 }
 
 impl From<OutOfMemory> for AllocError {

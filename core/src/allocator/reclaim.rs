@@ -1,61 +1,134 @@
-//! Getting memory back: completed events, oversize and cached segments, garbage
-//! collection, and the out-of-memory report at the end of the chain.
+//! Getting memory back: completed events, quarantined blocks, oversize and cached
+//! segments, garbage collection, and the out-of-memory report at the end of the chain.
+//!
+//! # Quarantine
+//! A pending-free block whose event query (or synchronization) fails cannot be proven
+//! unused: the device may still be working on it, or may never say. Such a block is
+//! *quarantined*: it leaves the pending list (so the failure is reported once, by the call
+//! that met it, and never again blocks `process_events`, `allocate` or `empty_cache`), it
+//! counts in `quarantined_bytes` instead of `pending_free_bytes`, and it is never reused
+//! while quarantined. It returns to the pool only after a synchronize of every stream that
+//! used it succeeds ([`super::CachingAllocator::release_quarantined`], `empty_cache`, or the
+//! synchronizing step of a failing allocation).
 
 use crate::backend::Backend;
 use crate::error::BackendError;
 
 use super::oom::{OomInfo, OutOfMemory};
-use super::pool::PoolKey;
 use super::sizes::PoolKind;
 use super::state::{Request, State};
 use super::trace::TraceAction;
 
 impl<B: Backend> State<B> {
+    /// Moves the pending block at `pending[i]` into quarantine (its events go back to the
+    /// pool: re-recording replaces their failed recording).
+    fn quarantine_pending(&mut self, i: usize) {
+        let slot = self.pending.swap_remove(i);
+        let d = &mut self.dev[slot as usize];
+        self.pending_events -= d.events.len();
+        for (_, e) in d.events.drain(..) {
+            self.events.put(e);
+        }
+        self.index.quarantine(slot);
+        self.quarantined.push(slot);
+    }
+
     /// Frees every pending block whose events all completed (PyTorch's `process_events`).
-    /// On a query error, the blocks already handled stay handled and the rest stay pending.
+    /// A block whose event query fails is quarantined and the first such error returned;
+    /// every other pending block is still processed.
     pub fn process_events(&mut self) -> Result<(), BackendError> {
+        let mut first_err = None;
         let mut i = 0;
         while i < self.pending.len() {
             let slot = self.pending[i];
-            let b = self.slab.get_mut(slot);
+            let d = &mut self.dev[slot as usize];
             let mut j = 0;
-            while j < b.events.len() {
-                if self.backend.query_event(&b.events[j].1)? {
-                    let (_, e) = b.events.swap_remove(j);
-                    self.events.put(e);
-                    self.pending_events -= 1;
-                } else {
-                    j += 1;
+            let mut failed = false;
+            while j < d.events.len() {
+                match self.backend.query_event(&d.events[j].1) {
+                    Ok(true) => {
+                        let (_, e) = d.events.swap_remove(j);
+                        self.events.put(e);
+                        self.pending_events -= 1;
+                    }
+                    Ok(false) => j += 1,
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                        failed = true;
+                        break;
+                    }
                 }
             }
-            if b.events.is_empty() {
+            if failed {
+                self.quarantine_pending(i);
+            } else if d.events.is_empty() {
                 self.pending.swap_remove(i);
-                self.free_to_pool(slot);
+                self.release_to_pool(slot);
             } else {
                 i += 1;
             }
         }
-        Ok(())
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Waits for every pending event on the host and frees the blocks
-    /// (PyTorch's `synchronize_and_free_events`; counted in `num_sync_all_streams`).
+    /// (PyTorch's `synchronize_and_free_events`; counted in `num_sync_all_streams`). A block
+    /// whose event cannot be waited for is quarantined and the first such error returned
+    /// after every other block was freed.
     pub fn synchronize_and_free_events(&mut self) -> Result<(), BackendError> {
-        self.stats.num_sync_all_streams += 1;
-        for &slot in &self.pending {
-            for (_, e) in &self.slab.get(slot).events {
-                self.backend.synchronize_event(e)?;
+        self.counts.num_sync_all_streams += 1;
+        let mut first_err = None;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let slot = self.pending[i];
+            let failed = self.dev[slot as usize]
+                .events
+                .iter()
+                .find_map(|(_, e)| self.backend.synchronize_event(e).err());
+            if let Some(e) = failed {
+                first_err.get_or_insert(e);
+                self.quarantine_pending(i);
+            } else {
+                i += 1;
             }
         }
         while let Some(slot) = self.pending.pop() {
-            let b = self.slab.get_mut(slot);
-            self.pending_events -= b.events.len();
-            for (_, e) in b.events.drain(..) {
+            let d = &mut self.dev[slot as usize];
+            self.pending_events -= d.events.len();
+            for (_, e) in d.events.drain(..) {
                 self.events.put(e);
             }
-            self.free_to_pool(slot);
+            self.release_to_pool(slot);
         }
-        Ok(())
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Synchronizes the streams that used each quarantined block; a block whose streams all
+    /// synchronized returns to the pool. Returns the bytes returned, or the first failure
+    /// (the blocks it concerns stay quarantined; the others are still tried).
+    pub fn release_quarantined(&mut self) -> Result<u64, BackendError> {
+        let mut first_err = None;
+        let mut released = 0;
+        let mut i = 0;
+        while i < self.quarantined.len() {
+            let slot = self.quarantined[i];
+            let uses = &self.dev[slot as usize].uses;
+            let failed = uses.iter().enumerate().find_map(|(k, u)| {
+                if uses[..k].iter().any(|earlier| earlier.id == u.id) {
+                    return None;
+                }
+                self.backend.synchronize_stream(&u.stream).err()
+            });
+            if let Some(e) = failed {
+                first_err.get_or_insert(e);
+                i += 1;
+            } else {
+                self.quarantined.swap_remove(i);
+                released += self.index.block(slot).size;
+                self.release_to_pool(slot);
+            }
+        }
+        first_err.map_or(Ok(released), Err)
     }
 
     /// Releases cached oversize segments of the request's stream: one large enough, or
@@ -67,17 +140,18 @@ impl<B: Backend> State<B> {
             return Ok(false);
         }
         let key_size = req.size.max(max_split);
-        if let Some(k) = self.pool(req.pool).lower_bound(req.stream_id, key_size)
-            && self.slab.get(k.slot).is_whole_segment()
+        if let Some(k) = self.index.lower_bound(req.stream_id, req.pool, key_size)
+            && self.index.is_free_segment(k.slot)
         {
             self.release_segment(k.slot)?;
             return Ok(true);
         }
-        let victims: Vec<PoolKey> = self
-            .pool(req.pool)
-            .below(req.stream_id, key_size)
+        let victims: Vec<_> = self
+            .index
+            .below(req.stream_id, req.pool, key_size)
+            .into_iter()
             .take_while(|k| k.size >= max_split)
-            .filter(|k| self.slab.get(k.slot).is_whole_segment())
+            .filter(|k| self.index.is_free_segment(k.slot))
             .collect();
         let mut released = 0u64;
         for k in victims {
@@ -90,23 +164,30 @@ impl<B: Backend> State<B> {
         Ok(released >= key_size)
     }
 
-    /// Synchronizes all pending events, then releases every free whole-segment block of
-    /// every stream (PyTorch's `release_cached_blocks`).
+    /// Retries quarantined blocks (failures stay quarantined: each was reported once
+    /// already), synchronizes all pending events, then releases every free whole-segment
+    /// block of every stream (PyTorch's `release_cached_blocks`). A pending block that
+    /// cannot be synchronized is quarantined and its error returned after the release.
     pub fn release_cached(&mut self) -> Result<(), BackendError> {
-        self.flush_bins();
-        self.synchronize_and_free_events()?;
+        if !self.quarantined.is_empty()
+            && let Err(e) = self.release_quarantined()
+        {
+            tracing::debug!(%e, "memreuse allocator: quarantined blocks stay quarantined");
+        }
+        let synced = self.synchronize_and_free_events();
         for kind in [PoolKind::Small, PoolKind::Large] {
             let victims: Vec<u32> = self
-                .pool(kind)
-                .iter()
-                .filter(|k| self.slab.get(k.slot).is_whole_segment())
+                .index
+                .free_blocks(kind)
+                .into_iter()
+                .filter(|k| self.index.is_free_segment(k.slot))
                 .map(|k| k.slot)
                 .collect();
             for slot in victims {
                 self.release_segment(slot)?;
             }
         }
-        Ok(())
+        synced
     }
 
     /// PyTorch's `garbage_collect_cached_blocks`: with a per-process limit and a GC
@@ -121,21 +202,23 @@ impl<B: Backend> State<B> {
             return Ok(());
         };
         let gc_threshold = (threshold * limit as f64) as u64;
-        let reserved = self.stats.reserved_bytes.aggregate.current;
+        let reserved = self.index.figures().reserved_bytes.current();
         if reserved <= gc_threshold {
             return Ok(());
         }
         let target = reserved - gc_threshold;
+        let now = self.index.clock();
         let mut candidates: Vec<(u32, u64, u64)> = self
-            .large
-            .iter()
-            .filter(|k| self.slab.get(k.slot).is_whole_segment())
+            .index
+            .free_blocks(PoolKind::Large)
+            .into_iter()
+            .filter(|k| self.index.is_free_segment(k.slot))
             .map(|k| {
-                (
-                    k.slot,
-                    self.malloc_count - self.slab.get(k.slot).gc_base,
-                    k.size,
-                )
+                let since = match self.index.block(k.slot).state {
+                    super::index::BlockState::Free { since } => since,
+                    _ => now,
+                };
+                (k.slot, now - since, k.size)
             })
             .collect();
         let mut total_age: u64 = candidates.iter().map(|c| c.1).sum();
@@ -166,7 +249,7 @@ impl<B: Backend> State<B> {
     pub fn out_of_memory(&mut self, req: &Request<'_, B>) -> (OomInfo, OutOfMemory) {
         let mem = self.backend.memory_info().unwrap_or_default();
         let limit = self.limit().ok().flatten();
-        self.stats.num_ooms += 1;
+        self.counts.num_ooms += 1;
         self.trace.push(
             TraceAction::Oom,
             0,
@@ -174,8 +257,9 @@ impl<B: Backend> State<B> {
             req.stream_id,
             Some(mem.free),
         );
-        let allocated = self.stats.allocated_bytes.aggregate.current;
-        let reserved = self.stats.reserved_bytes.aggregate.current;
+        let f = self.index.figures();
+        let allocated = f.allocated_bytes.current();
+        let reserved = f.reserved_bytes.current();
         let device = self.backend.device_index();
         let info = OomInfo {
             device,
@@ -194,9 +278,9 @@ impl<B: Backend> State<B> {
             allocated,
             reserved_unallocated: reserved - allocated,
             limit,
-            largest_free_block: self.largest_free_block(),
-            cached_free: self.stats.cached_free_bytes,
-            fragmentation: self.fragmentation(),
+            largest_free_block: self.index.largest_free_block(),
+            cached_free: f.cached_free_bytes,
+            fragmentation: self.index.fragmentation(),
             snapshot: None,
             snapshot_error: None,
         };

@@ -71,9 +71,15 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 /// The block size for a request of `size` bytes (PyTorch's `round_size`): at least
 /// [`MIN_BLOCK_SIZE`], a multiple of it, or the next power-of-two division when the
 /// request's interval has more than one division configured.
+#[inline]
 pub(crate) fn round_size(size: u64, divisions: &[u64; ROUNDUP_INTERVALS]) -> u64 {
     if size < MIN_BLOCK_SIZE {
         return MIN_BLOCK_SIZE;
+    }
+    // Fast path: every size up to 1 MiB is in interval 0; with at most one division there,
+    // plain rounding to 512 bytes applies.
+    if size <= SMALL_SIZE && divisions[0] <= 1 {
+        return size.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE);
     }
     let div = divisions[roundup_interval(size)];
     if div > 1 && size > MIN_BLOCK_SIZE.saturating_mul(div) {

@@ -3,7 +3,7 @@
 use crate::backend::Backend;
 use crate::ids::StreamId;
 
-use super::block::Status;
+use super::index::BlockState as IndexState;
 use super::sizes::PoolKind;
 use super::state::State;
 use super::trace::{TraceAction, TraceEntry};
@@ -13,7 +13,8 @@ use super::trace::{TraceAction, TraceEntry};
 pub enum BlockState {
     /// Handed out to a caller.
     ActiveAllocated,
-    /// Freed by the caller, waiting for events on the streams that used it.
+    /// Freed by the caller, waiting for events on the streams that used it (or quarantined:
+    /// its events could not be queried, see `quarantined_bytes`).
     ActivePendingFree,
     /// Free, cached in a pool.
     Inactive,
@@ -95,17 +96,15 @@ pub struct Snapshot {
 }
 
 impl<B: Backend> State<B> {
-    /// Builds a snapshot of the canonical state (parked free blocks merged first), after
-    /// recording a `snapshot` trace entry.
+    /// Builds a snapshot after recording a `snapshot` trace entry.
     pub fn snapshot(&mut self) -> Snapshot {
-        self.flush_bins();
-        let active = self.stats.active_bytes.aggregate.current;
+        let active = self.index.figures().active_bytes.current();
         let default_stream = self.backend.stream_id(&self.backend.default_stream());
         self.trace
             .push(TraceAction::Snapshot, 0, active, default_stream, None);
         let device = self.backend.device_index();
-        let mut segments = Vec::with_capacity(self.segments.len());
-        for (&address, seg) in &self.segments {
+        let mut segments = Vec::with_capacity(self.index.segments().len());
+        for (&address, seg) in self.index.segments() {
             let mut info = SegmentInfo {
                 device,
                 address,
@@ -113,35 +112,35 @@ impl<B: Backend> State<B> {
                 allocated_size: 0,
                 active_size: 0,
                 requested_size: 0,
-                stream: seg.stream_id,
+                stream: seg.stream,
                 segment_type: match seg.pool {
                     PoolKind::Small => SegmentType::Small,
                     PoolKind::Large => SegmentType::Large,
                 },
                 blocks: Vec::new(),
             };
-            let mut cursor = Some(seg.head);
-            while let Some(slot) = cursor {
-                let b = self.slab.get(slot);
-                let state = match b.status {
-                    Status::Allocated => BlockState::ActiveAllocated,
-                    Status::PendingFree => BlockState::ActivePendingFree,
-                    Status::Free => BlockState::Inactive,
+            for b in self.index.segment_blocks(seg.head) {
+                let state = match b.state {
+                    IndexState::Allocated { .. } => BlockState::ActiveAllocated,
+                    IndexState::PendingFree { .. } | IndexState::Quarantined { .. } => {
+                        BlockState::ActivePendingFree
+                    }
+                    IndexState::Free { .. } | IndexState::Vacant => BlockState::Inactive,
                 };
+                let requested = b.state.requested();
                 if state == BlockState::ActiveAllocated {
                     info.allocated_size += b.size;
                 }
                 if state != BlockState::Inactive {
                     info.active_size += b.size;
-                    info.requested_size += b.requested;
+                    info.requested_size += requested;
                 }
                 info.blocks.push(BlockInfo {
                     address: b.ptr,
                     size: b.size,
-                    requested_size: b.requested,
+                    requested_size: requested,
                     state,
                 });
-                cursor = b.next;
             }
             segments.push(info);
         }

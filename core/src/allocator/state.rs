@@ -1,32 +1,32 @@
-//! The allocator's state behind its one lock, and the block life cycle: hand-out with
-//! split, free with pending events, return to the pool with merge.
+//! The device-facing layer behind the allocator's one lock: raw segments from the backend,
+//! stream uses and their events, the trace, and the call counters. Every block decision
+//! (best fit, split, merge, figures) is the index's (`index/`); this layer calls it and
+//! never the other way round.
+//!
+//! # Where the device is called with the lock held
+//! As in PyTorch (one lock, callbacks and observers outside it): `malloc` and `free` of raw
+//! segments, `synchronize_stream` before a segment is released, `create_event` /
+//! `record_event` when a block with stream uses is freed, `query_event` in
+//! `process_events`, `synchronize_event` / `synchronize_stream` when pending and
+//! quarantined blocks are waited for, and `memory_info` for the per-process limit and the
+//! out-of-memory report.
 
 use std::collections::BTreeMap;
 use std::mem;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::Backend;
 use crate::error::BackendError;
-use crate::ids::StreamId;
+use crate::ids::{AllocationId, StreamId};
 
-use super::block::{BlockRef, NewBlock, Slab, Status};
+use super::block::DeviceSlot;
 use super::config::AllocatorConfig;
 use super::events::EventPool;
-use super::pool::{BlockPool, PoolKey};
-use super::sizes::{MAX_NON_SPLIT_ROUNDING, PoolKind, should_split};
+use super::index::{BlockIndex, BlockRef, HandOut};
+use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
 use super::trace::{TraceAction, TraceBuffer};
-
-/// One raw device allocation, sub-divided into blocks.
-pub(crate) struct Segment<B: Backend> {
-    pub size: u64,
-    /// The allocation stream; synchronized before the segment is returned to the device.
-    pub stream: B::Stream,
-    pub stream_id: StreamId,
-    pub pool: PoolKind,
-    /// Slot of the lowest block. Merges keep the lower block's slot, so it never changes.
-    pub head: u32,
-}
 
 /// One allocation request, rounded.
 pub(crate) struct Request<'a, B: Backend> {
@@ -41,40 +41,59 @@ pub(crate) struct Request<'a, B: Backend> {
     pub alloc_size: u64,
 }
 
-/// A block just handed out.
-pub(crate) struct HandOut {
-    pub block: BlockRef,
-    pub ptr: u64,
-    pub size: u64,
+/// High bits of an [`AllocationId`]: the allocator's serial.
+const SERIAL_BITS: u32 = 24;
+/// Low bits of an [`AllocationId`]: the hand-out count within one serial.
+const COUNT_BITS: u32 = 64 - SERIAL_BITS;
+
+/// A serial never handed out before in this process (one atomic per allocator, not per
+/// allocation). Serial 0 is never used, so no composed id is 0.
+fn new_allocator_serial() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << SERIAL_BITS) - 1)
+}
+
+/// Counters of calls and device operations (the figures of memory are the index's).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct CallCounts {
+    pub num_alloc_retries: u64,
+    pub num_ooms: u64,
+    pub num_sync_all_streams: u64,
+    pub num_device_alloc: u64,
+    pub num_device_free: u64,
+    pub reuse_events_created: u64,
+    pub record_stream_calls: u64,
+    pub erase_stream_calls: u64,
 }
 
 /// Everything the allocator lock protects.
 pub(crate) struct State<B: Backend> {
     pub backend: Arc<B>,
     pub config: AllocatorConfig,
-    pub slab: Slab<B>,
-    pub small: BlockPool,
-    pub large: BlockPool,
-    /// Segments by base address.
-    pub segments: BTreeMap<u64, Segment<B>>,
+    pub index: BlockIndex,
+    /// Device handles per slot of the index (grown on demand).
+    pub dev: Vec<DeviceSlot<B>>,
+    /// The allocation stream of every segment, by base address; synchronized before the
+    /// segment is returned to the device.
+    pub segment_streams: BTreeMap<u64, B::Stream>,
     pub events: EventPool<B>,
     /// Slots of pending-free blocks whose events are being waited for.
     pub pending: Vec<u32>,
     /// Events in flight over all pending blocks.
     pub pending_events: usize,
-    pub stats: AllocatorStats,
-    /// Slots of recently freed blocks parked unmerged, oldest first (see `bins.rs`).
-    pub bins: Vec<u32>,
-    /// Most blocks parked at once; 0 turns lazy coalescing off.
-    pub bin_capacity: usize,
+    /// Slots of quarantined blocks (see [`super::CachingAllocator`]'s docs).
+    pub quarantined: Vec<u32>,
+    pub counts: CallCounts,
     pub trace: TraceBuffer,
-    /// Number of allocate calls so far (the clock of garbage-collection ages).
-    pub malloc_count: u64,
     /// Per-process limit in bytes, computed from the device total on first need.
     pub limit: Option<u64>,
     /// A backend failure met where it could not be returned (inside a drop); reported by the
     /// next `process_events`.
     pub deferred: Option<BackendError>,
+    /// This allocator's current id space for [`AllocationId`]s (see `next_allocation_id`).
+    pub allocator_serial: u64,
+    /// Hand-outs in the current id space (the low bits of the next [`AllocationId`]).
+    pub hand_outs: u64,
 }
 
 impl<B: Backend> State<B> {
@@ -82,195 +101,106 @@ impl<B: Backend> State<B> {
         let trace = TraceBuffer::new(config.trace_capacity);
         State {
             backend,
+            index: BlockIndex::new(config.max_split_size),
             config,
-            slab: Slab::new(),
-            small: BlockPool::default(),
-            large: BlockPool::default(),
-            segments: BTreeMap::new(),
+            dev: Vec::new(),
+            segment_streams: BTreeMap::new(),
             events: EventPool::new(),
             pending: Vec::new(),
             pending_events: 0,
-            stats: AllocatorStats::default(),
-            bins: Vec::with_capacity(super::bins::BIN_CAPACITY),
-            bin_capacity: super::bins::BIN_CAPACITY,
+            quarantined: Vec::new(),
+            counts: CallCounts::default(),
             trace,
-            malloc_count: 0,
             limit: None,
             deferred: None,
+            allocator_serial: new_allocator_serial(),
+            hand_outs: 0,
         }
     }
 
-    fn key(&self, slot: u32) -> PoolKey {
-        let b = self.slab.get(slot);
-        PoolKey {
-            stream: b.stream,
-            size: b.size,
-            addr: b.ptr,
-            slot,
+    /// The device handles of `slot`, created on first use.
+    pub fn dev_mut(&mut self, slot: u32) -> &mut DeviceSlot<B> {
+        let i = slot as usize;
+        if i >= self.dev.len() {
+            self.dev
+                .resize_with(self.index.slot_capacity().max(i + 1), DeviceSlot::default);
         }
+        &mut self.dev[i]
     }
 
-    pub fn pool(&self, kind: PoolKind) -> &BlockPool {
-        match kind {
-            PoolKind::Small => &self.small,
-            PoolKind::Large => &self.large,
-        }
+    /// The device handles of `slot`, if any were ever created.
+    pub fn dev(&self, slot: u32) -> Option<&DeviceSlot<B>> {
+        self.dev.get(slot as usize)
     }
 
-    fn pool_mut(&mut self, kind: PoolKind) -> &mut BlockPool {
-        match kind {
-            PoolKind::Small => &mut self.small,
-            PoolKind::Large => &mut self.large,
-        }
+    /// True when the block in `slot` has no stream uses.
+    #[inline]
+    fn has_no_uses(&self, slot: u32) -> bool {
+        self.dev(slot).is_none_or(|d| d.uses.is_empty())
     }
 
-    pub fn pool_insert(&mut self, slot: u32) {
-        let key = self.key(slot);
-        let b = self.slab.get_mut(slot);
-        debug_assert!(b.status == Status::Free && !b.parked && !b.pooled);
-        b.gc_base = self.malloc_count;
-        b.pooled = true;
-        let kind = b.pool;
-        self.stats.cached_free_bytes += key.size;
-        self.pool_mut(kind).insert(key);
+    /// Serves `req` from the cache (best fit), if a cached block fits.
+    #[inline]
+    pub fn serve(&mut self, req: &Request<'_, B>) -> Option<HandOut> {
+        let slot = self.index.best_fit(req.stream_id, req.pool, req.size)?;
+        Some(self.hand_out(slot, req))
     }
 
-    pub fn pool_remove(&mut self, slot: u32) {
-        let key = self.key(slot);
-        debug_assert!(self.slab.get(slot).pooled);
-        self.slab.get_mut(slot).pooled = false;
-        let kind = self.slab.get(slot).pool;
-        self.stats.cached_free_bytes -= key.size;
-        self.pool_mut(kind).remove(&key);
-    }
-
-    /// `(count, bytes)` this block contributes to `inactive_split`.
-    pub fn split_contribution(&self, slot: Option<u32>) -> (i64, i64) {
-        match slot.map(|s| self.slab.get(s)) {
-            Some(b) if b.status == Status::Free && !b.is_whole_segment() => (1, b.size as i64),
-            _ => (0, 0),
-        }
-    }
-
-    pub fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
-        self.stats.inactive_split.apply(pool, after.0 - before.0);
-        self.stats
-            .inactive_split_bytes
-            .apply(pool, after.1 - before.1);
-    }
-
-    /// Best fit in the request's pool and stream, with PyTorch's oversize rules.
-    pub fn best_fit(&self, req: &Request<'_, B>) -> Option<u32> {
-        let key = self.pool(req.pool).lower_bound(req.stream_id, req.size)?;
-        let max_split = self.config.max_split_size;
-        // An oversize block is not handed to a request that could be split for.
-        if req.size < max_split && key.size >= max_split {
-            return None;
-        }
-        // An oversize request does not take a block much larger than itself.
-        if req.size >= max_split && key.size >= req.size.saturating_add(MAX_NON_SPLIT_ROUNDING) {
-            return None;
-        }
-        Some(key.slot)
-    }
-
-    /// Hands out the free block in `slot` (in its pool) for `req`, splitting off the rest
-    /// when the split rules say so.
+    /// Hands out the free block in `slot` for `req` (split by the index's rules).
+    #[inline]
     pub fn hand_out(&mut self, slot: u32, req: &Request<'_, B>) -> HandOut {
-        self.pool_remove(slot);
-        let before = self.split_contribution(Some(slot));
-        let (pool, block_size) = {
-            let b = self.slab.get(slot);
-            (b.pool, b.size)
-        };
-        let max_split = self.config.max_split_size;
-        let mut remainder = None;
-        if should_split(pool, block_size, req.size, max_split) {
-            let b = self.slab.get(slot);
-            let nb = NewBlock {
-                ptr: b.ptr + req.size,
-                size: b.size - req.size,
-                stream: b.stream,
-                pool,
-                segment: b.segment,
-                prev: Some(slot),
-                next: b.next,
-            };
-            let r = self.slab.insert(&nb);
-            if let Some(n) = nb.next {
-                self.slab.get_mut(n).prev = Some(r);
-            }
-            let b = self.slab.get_mut(slot);
-            b.next = Some(r);
-            b.size = req.size;
-            self.pool_insert(r);
-            remainder = Some(r);
-        }
-        let after = self.split_contribution(remainder);
-        self.apply_split_change(pool, before, after);
-        self.allocate_block(slot, req)
-    }
-
-    /// Marks the free block in `slot` (out of its pool and bins, split already) allocated
-    /// to `req`, with the stats and trace of a hand-out.
-    pub fn allocate_block(&mut self, slot: u32, req: &Request<'_, B>) -> HandOut {
-        let max_split = self.config.max_split_size;
-        let b = self.slab.get_mut(slot);
-        debug_assert!(b.status == Status::Free && !b.parked);
-        let pool = b.pool;
-        b.status = Status::Allocated;
-        b.requested = req.requested;
-        b.generation += 1;
-        let out = HandOut {
-            block: BlockRef {
-                id: slot,
-                generation: b.generation,
-            },
-            ptr: b.ptr,
-            size: b.size,
-        };
-        let (stream, requested) = (b.stream, b.requested);
-        let s = &mut self.stats;
-        s.allocation.increase(pool, 1);
-        s.allocated_bytes.increase(pool, out.size);
-        s.active.increase(pool, 1);
-        s.active_bytes.increase(pool, out.size);
-        s.requested_bytes.increase(pool, requested);
-        if out.size >= max_split {
-            s.oversize_allocations.increase(1);
-        }
-        self.trace
-            .push(TraceAction::Alloc, out.ptr, requested, stream, None);
+        let out = self.index.hand_out(slot, req.size, req.requested);
+        self.trace.push(
+            TraceAction::Alloc,
+            out.ptr,
+            req.requested,
+            req.stream_id,
+            None,
+        );
         out
     }
 
-    /// The user dropped the last handle: into pending-free when other streams used the
-    /// block, else straight into the pool.
-    pub fn free_user(&mut self, r: BlockRef) {
-        let Some(b) = self.slab.resolve(r) else {
-            debug_assert!(false, "free of a stale block {r:?}");
-            return;
-        };
-        debug_assert_eq!(b.status, Status::Allocated);
-        let (pool, size, ptr, requested, stream) = (b.pool, b.size, b.ptr, b.requested, b.stream);
-        let s = &mut self.stats;
-        s.allocation.decrease(pool, 1);
-        s.allocated_bytes.decrease(pool, size);
-        if size >= self.config.max_split_size {
-            s.oversize_allocations.decrease(1);
+    /// A fresh [`AllocationId`] for a hand-out, under the lock: no atomic on the hot path.
+    /// The id is this allocator's serial (high [`SERIAL_BITS`] bits) and its hand-out count
+    /// (low bits); when the count space is used up the allocator takes a new serial, so ids
+    /// stay unique in the process across allocators (until 2^24 serials were taken).
+    #[inline]
+    pub fn next_allocation_id(&mut self) -> AllocationId {
+        self.hand_outs += 1;
+        if self.hand_outs >> COUNT_BITS != 0 {
+            self.allocator_serial = new_allocator_serial();
+            self.hand_outs = 1;
         }
+        AllocationId((self.allocator_serial << COUNT_BITS) | self.hand_outs)
+    }
+
+    /// The last storage handle of `r` dropped: into pending-free when other streams used
+    /// the block, else straight back to the free set.
+    #[inline]
+    pub fn free_user(&mut self, r: BlockRef) {
+        let Some(slot) = self.index.drop_handle(r) else {
+            return; // other handles remain
+        };
+        let b = self.index.block(slot);
+        let (ptr, requested, stream) = (b.ptr, b.state.requested(), b.stream);
         self.trace
             .push(TraceAction::FreeRequested, ptr, requested, stream, None);
-        if self.slab.get(r.id).uses.is_empty() {
-            // No stream uses: free now, parked in the bins (merged later, see `bins.rs`).
-            self.defer_free(r.id);
+        if self.has_no_uses(slot) {
+            self.release_to_pool(slot);
             return;
         }
+        self.record_free_events(slot);
+    }
+
+    /// Records one event per stream that used the freed block in `slot`; the block waits in
+    /// pending-free for them (or is freed at once when none was needed).
+    #[cold]
+    fn record_free_events(&mut self, slot: u32) {
         // Move the vectors out (keeping their capacity) to record events while borrowing the
         // backend and the event pool.
-        let b = self.slab.get_mut(r.id);
-        let uses = mem::take(&mut b.uses);
-        let mut events = mem::take(&mut b.events);
+        let d = self.dev_mut(slot);
+        let uses = mem::take(&mut d.uses);
+        let mut events = mem::take(&mut d.events);
         let mut stuck = false;
         for (i, u) in uses.iter().enumerate() {
             if uses[..i].iter().any(|earlier| earlier.id == u.id) {
@@ -279,10 +209,10 @@ impl<B: Backend> State<B> {
             match self.events.record(&self.backend, &u.stream) {
                 Ok(e) => {
                     events.push((u.id, e));
-                    self.stats.reuse_events_created += 1;
+                    self.counts.reuse_events_created += 1;
                 }
                 // No event: wait for the stream now instead. If even that fails, the block
-                // is kept out of the pool for good (leaked, never unsafe).
+                // cannot be proven unused: quarantined.
                 Err(err) => {
                     if let Err(sync_err) = self.backend.synchronize_stream(&u.stream) {
                         tracing::error!(%err, %sync_err, "memreuse allocator: cannot order a free after its stream uses; block quarantined");
@@ -292,120 +222,36 @@ impl<B: Backend> State<B> {
                 }
             }
         }
-        let b = self.slab.get_mut(r.id);
-        b.uses = uses;
-        b.events = events;
-        b.status = Status::PendingFree;
-        self.stats.pending_free_bytes += size;
+        let d = self.dev_mut(slot);
+        d.uses = uses;
+        d.events = events;
         if stuck {
-            let b = self.slab.get_mut(r.id);
-            for (_, e) in b.events.drain(..) {
+            let d = &mut self.dev[slot as usize];
+            for (_, e) in d.events.drain(..) {
                 self.events.put(e);
             }
-        } else if self.slab.get(r.id).events.is_empty() {
-            self.free_to_pool(r.id);
+            self.index.quarantine(slot);
+            self.quarantined.push(slot);
+        } else if self.dev[slot as usize].events.is_empty() {
+            self.release_to_pool(slot);
         } else {
-            self.pending_events += self.slab.get(r.id).events.len();
-            self.pending.push(r.id);
+            self.pending_events += self.dev[slot as usize].events.len();
+            self.pending.push(slot);
         }
     }
 
-    /// An allocated or pending-free block (with no events left) returns to its pool and
-    /// merges with free neighbours.
-    pub fn free_to_pool(&mut self, slot: u32) {
-        self.mark_free(slot);
-        self.merge_into_pool(slot);
-    }
-
-    /// An allocated or pending-free block (with no events left) becomes free: status,
-    /// generation, the `active`/`requested` stats and the trace. It is in no pool yet.
-    pub fn mark_free(&mut self, slot: u32) {
-        let b = self.slab.get_mut(slot);
-        debug_assert!(b.events.is_empty() && b.status != Status::Free);
-        let was_pending = b.status == Status::PendingFree;
-        b.uses.clear();
-        let (pool, size, ptr, requested, stream) = (b.pool, b.size, b.ptr, b.requested, b.stream);
-        b.requested = 0;
-        b.status = Status::Free;
-        b.generation += 1;
-        let s = &mut self.stats;
-        if was_pending {
-            s.pending_free_bytes -= size;
+    /// A pending-free or quarantined block (with no events left) becomes free and merges
+    /// with its free neighbours.
+    pub fn release_to_pool(&mut self, slot: u32) {
+        if let Some(d) = self.dev.get_mut(slot as usize) {
+            debug_assert!(d.events.is_empty());
+            d.uses.clear();
         }
-        s.active.decrease(pool, 1);
-        s.active_bytes.decrease(pool, size);
-        s.requested_bytes.decrease(pool, requested);
+        let b = self.index.block(slot);
+        let (ptr, requested, stream) = (b.ptr, b.state.requested(), b.stream);
         self.trace
             .push(TraceAction::FreeCompleted, ptr, requested, stream, None);
-    }
-
-    /// True when `slot` holds a free block in its pool (not parked in the bins).
-    pub fn is_pooled(&self, slot: u32) -> bool {
-        self.slab.get(slot).pooled
-    }
-
-    /// True when `slot` holds a block parked in the bins.
-    pub fn is_parked(&self, slot: u32) -> bool {
-        let b = self.slab.get(slot);
-        b.status == Status::Free && b.parked
-    }
-
-    /// Puts the free block in `slot` (in no pool, no bin, its own split contribution not
-    /// counted) into its pool, merged with its free neighbours. A parked block that would
-    /// have merged with what becomes free here is merged back first (`bins.rs` invariant:
-    /// a parked block's lower neighbour is never free, its upper one never parked).
-    pub fn merge_into_pool(&mut self, slot: u32) -> u32 {
-        let b = self.slab.get(slot);
-        debug_assert!(b.status == Status::Free && !b.parked);
-        let (pool, prev, next) = (b.pool, b.prev, b.next);
-        if let Some(n) = next.filter(|&n| self.is_parked(n)) {
-            self.unpark_and_merge(n);
-        }
-        if let Some(p) = prev {
-            if self.is_parked(p) {
-                self.unpark_and_merge(p);
-            } else if let Some(pp) = self.slab.get(p).prev.filter(|&pp| self.is_parked(pp))
-                && self.is_pooled(p)
-            {
-                // `p` is the pooled remainder of parked `pp`: merge them into one first.
-                self.unpark_and_merge(pp);
-            }
-        }
-        // Re-read: the merges above may have changed the neighbours.
-        let b = self.slab.get(slot);
-        let prev = b.prev.filter(|&p| self.is_pooled(p));
-        let next = b.next.filter(|&n| self.is_pooled(n));
-        let (bp, bn) = (self.split_contribution(prev), self.split_contribution(next));
-        let before = (bp.0 + bn.0, bp.1 + bn.1);
-        let mut slot = slot;
-        if let Some(p) = prev {
-            self.pool_remove(p);
-            self.merge_into(p, slot);
-            slot = p;
-        }
-        if let Some(n) = next {
-            self.pool_remove(n);
-            self.merge_into(slot, n);
-        }
-        self.pool_insert(slot);
-        let after = self.split_contribution(Some(slot));
-        self.apply_split_change(pool, before, after);
-        slot
-    }
-
-    /// `low` absorbs its free upper neighbour `high`; `high`'s slot is vacated.
-    pub fn merge_into(&mut self, low: u32, high: u32) {
-        let (hsize, hnext) = {
-            let h = self.slab.get(high);
-            (h.size, h.next)
-        };
-        let l = self.slab.get_mut(low);
-        l.size += hsize;
-        l.next = hnext;
-        if let Some(n) = hnext {
-            self.slab.get_mut(n).prev = Some(low);
-        }
-        self.slab.remove(high);
+        self.index.release(slot);
     }
 
     /// Per-process limit in bytes, if `per_process_memory_fraction` is set.
@@ -420,7 +266,7 @@ impl<B: Backend> State<B> {
         Ok(self.limit)
     }
 
-    /// A new segment from the device for `req`, put in its pool. `Ok(None)` when the device
+    /// A new segment from the device for `req`, as a free block. `Ok(None)` when the device
     /// (or the per-process limit) says out of memory.
     pub fn alloc_segment(
         &mut self,
@@ -428,15 +274,15 @@ impl<B: Backend> State<B> {
         is_retry: bool,
     ) -> Result<Option<u32>, BackendError> {
         if is_retry {
-            self.stats.num_alloc_retries += 1;
+            self.counts.num_alloc_retries += 1;
         }
         let size = req.alloc_size;
         if let Some(limit) = self.limit()?
             && self
-                .stats
+                .index
+                .figures()
                 .reserved_bytes
-                .aggregate
-                .current
+                .current()
                 .saturating_add(size)
                 > limit
         {
@@ -447,71 +293,64 @@ impl<B: Backend> State<B> {
             Err(e) if e.is_out_of_memory() => return Ok(None),
             Err(e) => return Err(e),
         };
-        let slot = self.slab.insert(&NewBlock {
-            ptr,
-            size,
-            stream: req.stream_id,
-            pool: req.pool,
-            segment: ptr,
-            prev: None,
-            next: None,
-        });
-        self.segments.insert(
-            ptr,
-            Segment {
-                size,
-                stream: req.stream.clone(),
-                stream_id: req.stream_id,
-                pool: req.pool,
-                head: slot,
-            },
-        );
-        let s = &mut self.stats;
-        s.segment.increase(req.pool, 1);
-        s.reserved_bytes.increase(req.pool, size);
-        s.num_device_alloc += 1;
-        if size >= self.config.max_split_size {
-            s.oversize_segments.increase(1);
-        }
+        self.segment_streams.insert(ptr, req.stream.clone());
+        self.counts.num_device_alloc += 1;
         self.trace
             .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
-        self.pool_insert(slot);
-        Ok(Some(slot))
+        Ok(Some(self.index.add_segment(
+            ptr,
+            size,
+            req.stream_id,
+            req.pool,
+        )))
     }
 
     /// Returns the free whole-segment block in `slot` to the device. The segment's stream is
     /// synchronized first (work enqueued before the last free may still use it). On a
     /// backend error nothing changes.
     pub fn release_segment(&mut self, slot: u32) -> Result<(), BackendError> {
-        let b = self.slab.get(slot);
-        debug_assert!(b.status == Status::Free && b.is_whole_segment());
-        let (base, size, pool, stream_id) = (b.ptr, b.size, b.pool, b.stream);
-        if let Some(seg) = self.segments.get(&base) {
-            self.backend.synchronize_stream(&seg.stream)?;
+        debug_assert!(self.index.is_free_segment(slot));
+        let base = self.index.block(slot).ptr;
+        if let Some(stream) = self.segment_streams.get(&base) {
+            self.backend.synchronize_stream(stream)?;
         }
         self.backend.free(crate::ids::DevicePtr(base))?;
-        self.pool_remove(slot);
-        self.slab.remove(slot);
-        self.segments.remove(&base);
-        let s = &mut self.stats;
-        s.segment.decrease(pool, 1);
-        s.reserved_bytes.decrease(pool, size);
-        s.num_device_free += 1;
-        if size >= self.config.max_split_size {
-            s.oversize_segments.decrease(1);
-        }
+        let seg = self.index.remove_segment(slot);
+        self.segment_streams.remove(&base);
+        self.counts.num_device_free += 1;
         self.trace
-            .push(TraceAction::SegmentFree, base, size, stream_id, None);
+            .push(TraceAction::SegmentFree, base, seg.size, seg.stream, None);
         Ok(())
     }
 
-    /// Largest free block in either pool.
-    pub fn largest_free_block(&self) -> u64 {
-        self.small
-            .iter()
-            .chain(self.large.iter())
-            .map(|k| k.size)
-            .max()
-            .unwrap_or(0)
+    /// The statistics: the index's figures, the call counters and the fragmentation.
+    pub fn stats(&self) -> AllocatorStats {
+        let f = self.index.figures();
+        let c = &self.counts;
+        AllocatorStats {
+            allocation: f.allocation.stat_array(),
+            segment: f.segment.stat_array(),
+            active: f.active.stat_array(),
+            inactive_split: f.inactive_split.stat_array(),
+            allocated_bytes: f.allocated_bytes.stat_array(),
+            reserved_bytes: f.reserved_bytes.stat_array(),
+            active_bytes: f.active_bytes.stat_array(),
+            inactive_split_bytes: f.inactive_split_bytes.stat_array(),
+            requested_bytes: f.requested_bytes.stat_array(),
+            num_alloc_retries: c.num_alloc_retries,
+            num_ooms: c.num_ooms,
+            num_sync_all_streams: c.num_sync_all_streams,
+            num_device_alloc: c.num_device_alloc,
+            num_device_free: c.num_device_free,
+            oversize_allocations: f.oversize_allocations.stat(),
+            oversize_segments: f.oversize_segments.stat(),
+            reuse_events_created: c.reuse_events_created,
+            record_stream_calls: c.record_stream_calls,
+            erase_stream_calls: c.erase_stream_calls,
+            pending_free_bytes: f.pending_free_bytes,
+            cached_free_bytes: f.cached_free_bytes,
+            quarantined_bytes: f.quarantined_bytes,
+            fragmentation: self.index.fragmentation(),
+        }
     }
 }

@@ -2,20 +2,26 @@
 //!
 //! # Identities (exactly as implemented)
 //! For every pool and for the aggregate, at every moment the allocator lock is free:
-//! - `active_bytes.current == allocated_bytes.current + pending-free bytes` (a pending-free
+//! - `active_bytes.current == allocated_bytes.current + pending-free bytes + quarantined
+//!   bytes` (a pending-free
 //!   block left `allocated_*` when the user freed it and leaves `active_*` when it enters
 //!   the pool);
 //! - `reserved_bytes.current == active_bytes.current + cached free bytes`, hence
 //!   `reserved_bytes.current == allocated_bytes.current + cached_free_bytes +
-//!   pending_free_bytes` (aggregate fields of [`AllocatorStats`]);
+//!   pending_free_bytes + quarantined_bytes` (aggregate fields of [`AllocatorStats`]; a
+//!   quarantined block is active, like a pending-free one);
 //! - `inactive_split_bytes.current <= cached_free_bytes` (only free blocks of split segments
 //!   count).
+//!
+//! The allocator stores only what cannot be derived (see the block index's figures):
+//! `freed` is computed as `allocated - current`, and the aggregate's `current`,
+//! `allocated` and `freed` as sums of the pools'; the aggregate `peak` is kept on every
+//! increase (a peak of a sum is not the sum of the peaks).
 //!
 //! Byte figures are block sizes (rounded), except `requested_bytes`, which sums what callers
 //! asked for, of active blocks.
 
 use super::fragmentation::Fragmentation;
-use super::sizes::PoolKind;
 
 /// One statistic: current value, peak since the last reset, and cumulative increases
 /// (`allocated`) and decreases (`freed`).
@@ -32,18 +38,6 @@ pub struct Stat {
 }
 
 impl Stat {
-    pub(crate) fn increase(&mut self, amount: u64) {
-        self.current += amount;
-        self.allocated += amount;
-        self.peak = self.peak.max(self.current);
-    }
-
-    pub(crate) fn decrease(&mut self, amount: u64) {
-        debug_assert!(self.current >= amount, "stat would go negative");
-        self.current = self.current.saturating_sub(amount);
-        self.freed += amount;
-    }
-
     fn reset_peak(&mut self) {
         self.peak = self.current;
     }
@@ -61,33 +55,6 @@ pub struct StatArray {
 }
 
 impl StatArray {
-    pub(crate) fn increase(&mut self, pool: PoolKind, amount: u64) {
-        self.aggregate.increase(amount);
-        self.pool_mut(pool).increase(amount);
-    }
-
-    pub(crate) fn decrease(&mut self, pool: PoolKind, amount: u64) {
-        self.aggregate.decrease(amount);
-        self.pool_mut(pool).decrease(amount);
-    }
-
-    /// Adds a signed change (used for the inactive-split figures, which move both ways in
-    /// one operation).
-    pub(crate) fn apply(&mut self, pool: PoolKind, delta: i64) {
-        if delta >= 0 {
-            self.increase(pool, delta.unsigned_abs());
-        } else {
-            self.decrease(pool, delta.unsigned_abs());
-        }
-    }
-
-    fn pool_mut(&mut self, pool: PoolKind) -> &mut Stat {
-        match pool {
-            PoolKind::Small => &mut self.small_pool,
-            PoolKind::Large => &mut self.large_pool,
-        }
-    }
-
     fn reset_peak(&mut self) {
         self.aggregate.reset_peak();
         self.small_pool.reset_peak();
@@ -152,6 +119,11 @@ pub struct AllocatorStats {
     pub pending_free_bytes: u64,
     /// Bytes of free blocks held in the pools (current).
     pub cached_free_bytes: u64,
+    /// Bytes of blocks freed by the user whose event query (or synchronization) failed, so
+    /// they cannot be proven unused: never reused until a synchronize of every stream that
+    /// used them succeeds (see [`super::CachingAllocator::release_quarantined`]). Not part of
+    /// `pending_free_bytes`. A memreuse figure; PyTorch has no equivalent.
+    pub quarantined_bytes: u64,
     /// Fragmentation of the cached free blocks per pool (`1 - largest free block / free
     /// bytes`, see [`Fragmentation`]), computed when [`super::CachingAllocator::stats`] is
     /// called; `fragmentation.all.total_free == cached_free_bytes`.

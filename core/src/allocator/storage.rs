@@ -1,4 +1,9 @@
-//! Tensor storage: a reference-counted handle to an allocated block.
+//! Tensor storage: a counted handle to an allocated block.
+//!
+//! No heap allocation per hand-out: the handle carries what its getters return, and the
+//! count of handles lives in the block's slot of the allocator's index (changed under the
+//! allocator lock by `clone` and `drop`). A [`WeakStorage`] holds the block's
+//! generation-checked [`BlockRef`]: it upgrades only while that block is still allocated.
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -7,10 +12,10 @@ use crate::backend::Backend;
 use crate::ids::{AllocationId, DevicePtr, StreamId};
 
 use super::CachingAllocator;
-use super::block::BlockRef;
+use super::index::BlockRef;
 
-pub(crate) struct StorageInner<B: Backend> {
-    pub allocator: Arc<CachingAllocator<B>>,
+/// What a handle knows of its block, copied into every handle.
+pub(crate) struct Hand<B: Backend> {
     pub block: BlockRef,
     pub ptr: DevicePtr,
     pub size: u64,
@@ -20,38 +25,57 @@ pub(crate) struct StorageInner<B: Backend> {
     pub allocation_id: AllocationId,
 }
 
-impl<B: Backend> Drop for StorageInner<B> {
-    fn drop(&mut self) {
-        // The last handle is gone: the block goes back through the allocator, into its pool
-        // or into pending-free when other streams used it.
-        self.allocator.free_block(self.block);
-    }
-}
-
-/// A reference-counted handle to an allocated block. Cloning gives another handle to the
-/// same block; dropping the last handle frees the block through its allocator (into the
-/// pool, or pending-free if it has stream uses).
-pub struct Storage<B: Backend> {
-    pub(crate) inner: Arc<StorageInner<B>>,
-}
-
-impl<B: Backend> Clone for Storage<B> {
+impl<B: Backend> Clone for Hand<B> {
     fn clone(&self) -> Self {
-        Storage {
-            inner: Arc::clone(&self.inner),
+        Hand {
+            block: self.block,
+            ptr: self.ptr,
+            size: self.size,
+            requested: self.requested,
+            stream: self.stream.clone(),
+            stream_id: self.stream_id,
+            allocation_id: self.allocation_id,
         }
     }
 }
 
+/// A counted handle to an allocated block. Cloning gives another handle to the same block;
+/// dropping the last handle frees the block through its allocator (into the pool, or
+/// pending-free if it has stream uses).
+pub struct Storage<B: Backend> {
+    pub(crate) allocator: Arc<CachingAllocator<B>>,
+    pub(crate) hand: Hand<B>,
+}
+
+impl<B: Backend> Drop for Storage<B> {
+    fn drop(&mut self) {
+        // The allocator frees the block when this was its last handle.
+        self.allocator.drop_handle(self.hand.block);
+    }
+}
+
+impl<B: Backend> Clone for Storage<B> {
+    fn clone(&self) -> Self {
+        let counted = self.allocator.add_handle(self.hand.block);
+        debug_assert!(counted, "a live storage's block is allocated");
+        Storage {
+            allocator: Arc::clone(&self.allocator),
+            hand: self.hand.clone(),
+        }
+    }
+}
+
+// The allocator and the stream handle are left out, as before the handle held them inline.
+#[allow(clippy::missing_fields_in_debug)]
 impl<B: Backend> fmt::Debug for Storage<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Storage")
-            .field("ptr", &self.inner.ptr)
-            .field("size", &self.inner.size)
-            .field("requested_size", &self.inner.requested)
-            .field("stream", &self.inner.stream_id)
-            .field("block", &self.inner.block)
-            .field("allocation", &self.inner.allocation_id)
+            .field("ptr", &self.hand.ptr)
+            .field("size", &self.hand.size)
+            .field("requested_size", &self.hand.requested)
+            .field("stream", &self.hand.stream_id)
+            .field("block", &self.hand.block)
+            .field("allocation", &self.hand.allocation_id)
             .finish()
     }
 }
@@ -59,67 +83,70 @@ impl<B: Backend> fmt::Debug for Storage<B> {
 impl<B: Backend> Storage<B> {
     /// Device address of the block.
     pub fn ptr(&self) -> DevicePtr {
-        self.inner.ptr
+        self.hand.ptr
     }
 
     /// Size of the block (the request rounded up by the allocator).
     pub fn size(&self) -> u64 {
-        self.inner.size
+        self.hand.size
     }
 
     /// Bytes the caller asked for.
     pub fn requested_size(&self) -> u64 {
-        self.inner.requested
+        self.hand.requested
     }
 
     /// The stream the block was allocated on (the only stream its pool serves).
     pub fn stream(&self) -> &B::Stream {
-        &self.inner.stream
+        &self.hand.stream
     }
 
     /// Identity of [`Storage::stream`].
     pub fn stream_id(&self) -> StreamId {
-        self.inner.stream_id
+        self.hand.stream_id
     }
 
     /// Generation-checked reference to the block, valid until the block returns to the pool
     /// (for the mode-3 `erase_stream_by_block` path).
     pub fn block_ref(&self) -> BlockRef {
-        self.inner.block
+        self.hand.block
     }
 
     /// Identity of this hand-out (as annotated on the backend).
     pub fn allocation_id(&self) -> AllocationId {
-        self.inner.allocation_id
+        self.hand.allocation_id
     }
 
     /// The allocator the block came from.
     pub fn allocator(&self) -> &Arc<CachingAllocator<B>> {
-        &self.inner.allocator
+        &self.allocator
     }
 
     /// A handle that does not keep the block allocated.
     pub fn downgrade(&self) -> WeakStorage<B> {
         WeakStorage {
-            inner: Arc::downgrade(&self.inner),
+            allocator: Arc::downgrade(&self.allocator),
+            hand: self.hand.clone(),
         }
     }
 
-    /// Number of strong handles (diagnostics).
+    /// Number of strong handles (diagnostics; takes the allocator lock).
     pub fn handle_count(&self) -> usize {
-        Arc::strong_count(&self.inner)
+        self.allocator.handle_count(self.hand.block) as usize
     }
 }
 
 /// A non-owning handle to a [`Storage`].
 pub struct WeakStorage<B: Backend> {
-    inner: Weak<StorageInner<B>>,
+    allocator: Weak<CachingAllocator<B>>,
+    hand: Hand<B>,
 }
 
 impl<B: Backend> Clone for WeakStorage<B> {
     fn clone(&self) -> Self {
         WeakStorage {
-            inner: Weak::clone(&self.inner),
+            allocator: Weak::clone(&self.allocator),
+            hand: self.hand.clone(),
         }
     }
 }
@@ -131,8 +158,13 @@ impl<B: Backend> fmt::Debug for WeakStorage<B> {
 }
 
 impl<B: Backend> WeakStorage<B> {
-    /// The storage, if some strong handle still keeps it allocated.
+    /// The storage, if some strong handle still keeps it allocated (the block's generation
+    /// tells a reused slot from the original block).
     pub fn upgrade(&self) -> Option<Storage<B>> {
-        self.inner.upgrade().map(|inner| Storage { inner })
+        let allocator = self.allocator.upgrade()?;
+        allocator.add_handle(self.hand.block).then(|| Storage {
+            allocator,
+            hand: self.hand.clone(),
+        })
     }
 }

@@ -3,7 +3,8 @@
 use crate::backend::Backend;
 use crate::ids::{StreamId, WorkId};
 
-use super::block::{BlockRef, Status, StreamUse, UseOwner};
+use super::block::{StreamUse, UseOwner};
+use super::index::{BlockRef, BlockState};
 use super::state::State;
 
 /// What an erase did.
@@ -28,17 +29,17 @@ impl<B: Backend> State<B> {
     /// Adds a use of `stream` by `owner`; a no-op on the block's own stream and for a use
     /// already held by that owner. Counts the call either way.
     pub fn record_use(&mut self, r: BlockRef, stream: &B::Stream, id: StreamId, owner: UseOwner) {
-        self.stats.record_stream_calls += 1;
+        self.counts.record_stream_calls += 1;
         if self
-            .slab
+            .index
             .resolve(r)
-            .is_none_or(|b| b.status != Status::Allocated || b.stream == id)
+            .is_none_or(|b| !matches!(b.state, BlockState::Allocated { .. }) || b.stream == id)
         {
             return;
         }
-        let b = self.slab.get_mut(r.id);
-        if !b.uses.iter().any(|u| u.id == id && u.owner == owner) {
-            b.uses.push(StreamUse {
+        let d = self.dev_mut(r.id);
+        if !d.uses.iter().any(|u| u.id == id && u.owner == owner) {
+            d.uses.push(StreamUse {
                 stream: stream.clone(),
                 id,
                 owner,
@@ -56,40 +57,42 @@ impl<B: Backend> State<B> {
         id: StreamId,
         current: StreamId,
     ) -> EraseOutcome {
-        self.stats.erase_stream_calls += 1;
-        let Some(b) = self.slab.resolve(r) else {
+        self.counts.erase_stream_calls += 1;
+        let Some(b) = self.index.resolve(r) else {
             return EraseOutcome::StaleBlock;
         };
         if b.stream != current {
             return EraseOutcome::NotCurrentStream;
         }
-        let Some(i) = b
+        let pending = matches!(b.state, BlockState::PendingFree { .. });
+        let Some(slot) = self.dev.get_mut(r.id as usize) else {
+            return EraseOutcome::NoSuchUse;
+        };
+        let Some(i) = slot
             .uses
             .iter()
             .position(|u| u.id == id && u.owner == UseOwner::Work(work))
         else {
             return EraseOutcome::NoSuchUse;
         };
-        let b = self.slab.get_mut(r.id);
-        b.uses.swap_remove(i);
-        if b.status != Status::PendingFree || b.has_use_of(id) {
+        slot.uses.swap_remove(i);
+        // A quarantined block keeps waiting for a successful synchronize, whatever is erased.
+        if !pending || slot.has_use_of(id) {
             return EraseOutcome::Erased;
         }
-        if let Some(j) = b.events.iter().position(|(s, _)| *s == id) {
-            let (_, e) = b.events.swap_remove(j);
-            self.events.put(e);
+        if let Some(j) = slot.events.iter().position(|(s, _)| *s == id) {
+            let (_, event) = slot.events.swap_remove(j);
+            self.events.put(event);
             self.pending_events -= 1;
         }
-        if !b.events.is_empty() {
+        if !self.dev[r.id as usize].events.is_empty() {
             return EraseOutcome::Erased;
         }
-        // A quarantined block (its free could not be ordered) is not in the pending list and
-        // is never freed here.
         let Some(p) = self.pending.iter().position(|&s| s == r.id) else {
             return EraseOutcome::Erased;
         };
         self.pending.swap_remove(p);
-        self.free_to_pool(r.id);
+        self.release_to_pool(r.id);
         EraseOutcome::FreedNow
     }
 }

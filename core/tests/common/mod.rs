@@ -45,12 +45,12 @@ pub fn check_identities(s: &AllocatorStats) {
     let agg = |f: &memreuse_core::allocator::StatArray| f.aggregate.current;
     assert_eq!(
         agg(&s.reserved_bytes),
-        agg(&s.allocated_bytes) + s.cached_free_bytes + s.pending_free_bytes,
-        "reserved = allocated + cached free + pending free: {s:#?}"
+        agg(&s.allocated_bytes) + s.cached_free_bytes + s.pending_free_bytes + s.quarantined_bytes,
+        "reserved = allocated + cached free + pending free + quarantined: {s:#?}"
     );
     assert_eq!(
         agg(&s.active_bytes),
-        agg(&s.allocated_bytes) + s.pending_free_bytes
+        agg(&s.allocated_bytes) + s.pending_free_bytes + s.quarantined_bytes
     );
     assert!(agg(&s.inactive_split_bytes) <= s.cached_free_bytes);
     let frag = &s.fragmentation;

@@ -1,0 +1,577 @@
+//! The device-free block index: segments and blocks as addresses and sizes, best fit per
+//! (stream, pool) in PyTorch's exact order, split and merge with PyTorch's rules, and the
+//! memory figures they add up to.
+//!
+//! Nothing here touches a device: no `Backend` type, no stream or event handles, only
+//! numbers ([`StreamId`]s name streams). The device-facing layer (`state.rs`) calls the
+//! index and owns everything else (raw malloc/free, events, synchronization); the index
+//! never calls it, so every rule below is tested on plain offsets (`tests.rs`).
+//!
+//! # PyTorch's rules (`CUDACachingAllocator`), written once here
+//! - **Best fit**: among the free blocks of the request's stream and pool, the smallest
+//!   that fits, then the lowest address ([`FreeSet`] keeps that order exactly).
+//! - **Oversize**: a request below `max_split_size` never takes a block of at least
+//!   `max_split_size`; a request of at least `max_split_size` takes no block
+//!   [`MAX_NON_SPLIT_ROUNDING`] or more bytes larger than itself.
+//! - **Split** ([`should_split`]): small pool when the remainder is at least 512 bytes;
+//!   large pool when the request is below `max_split_size` and the remainder is more than
+//!   1 MiB.
+//! - **Merge**: a block that becomes free merges at once with its free neighbours (eager,
+//!   as PyTorch's `free_block`).
+//!
+//! Figures (`figures.rs`) change by the net effect of each operation (a split or merge
+//! applies one `inactive_split` change), as PyTorch's before/after accounting does.
+
+#![forbid(unsafe_code)]
+
+mod block;
+mod figures;
+mod free_set;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+pub use block::BlockRef;
+pub(crate) use block::{Block, BlockState};
+pub(crate) use figures::Figures;
+pub(crate) use free_set::{FreeKey, FreeSet};
+
+use crate::ids::StreamId;
+
+use super::fragmentation::Fragmentation;
+use super::sizes::{MAX_NON_SPLIT_ROUNDING, PoolKind, should_split};
+use block::Slab;
+
+/// One raw device allocation, as the index sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Segment {
+    pub size: u64,
+    pub stream: StreamId,
+    pub pool: PoolKind,
+    /// Slot of the lowest block. Merges keep the lower block's slot, so it never changes.
+    pub head: u32,
+}
+
+/// A block just handed out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HandOut {
+    pub block: BlockRef,
+    pub ptr: u64,
+    pub size: u64,
+}
+
+/// The free sets of one stream.
+struct StreamFree {
+    stream: StreamId,
+    pools: [FreeSet; 2],
+}
+
+/// Segments, blocks, free sets and figures of one allocator.
+pub(crate) struct BlockIndex {
+    slab: Slab,
+    /// Free sets by stream (few streams per allocator: a short vector beats a map).
+    free: Vec<StreamFree>,
+    /// Index in `free` of the stream looked up last (checked first).
+    last_stream: usize,
+    /// Segments by base address.
+    segments: BTreeMap<u64, Segment>,
+    figures: Figures,
+    max_split_size: u64,
+    /// Number of allocate calls so far (the clock of garbage-collection ages).
+    clock: u64,
+}
+
+impl BlockIndex {
+    pub fn new(max_split_size: u64) -> Self {
+        BlockIndex {
+            slab: Slab::new(),
+            free: Vec::new(),
+            last_stream: 0,
+            segments: BTreeMap::new(),
+            figures: Figures::default(),
+            max_split_size,
+            clock: 0,
+        }
+    }
+
+    /// Counts one allocate call (ages of free blocks are measured in these).
+    #[inline]
+    pub fn tick(&mut self) {
+        self.clock += 1;
+    }
+
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    pub fn figures(&self) -> &Figures {
+        &self.figures
+    }
+
+    pub fn reset_peaks(&mut self) {
+        self.figures.reset_peaks();
+    }
+
+    /// Number of slots ever used (an upper bound of every slot id).
+    pub fn slot_capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
+    /// The live block in `slot`.
+    #[inline]
+    pub fn block(&self, slot: u32) -> &Block {
+        self.slab.get(slot)
+    }
+
+    /// The allocated, pending-free or quarantined block `r` refers to, if `r` is current.
+    #[inline]
+    pub fn resolve(&self, r: BlockRef) -> Option<&Block> {
+        self.slab.resolve(r)
+    }
+
+    /// Segments by base address.
+    pub fn segments(&self) -> &BTreeMap<u64, Segment> {
+        &self.segments
+    }
+
+    #[inline]
+    fn free_set(&self, stream: StreamId, pool: PoolKind) -> Option<&FreeSet> {
+        // Most calls are for the stream of the previous mutable call.
+        if let Some(f) = self.free.get(self.last_stream)
+            && f.stream == stream
+        {
+            return Some(&f.pools[pool as usize]);
+        }
+        self.free
+            .iter()
+            .find(|f| f.stream == stream)
+            .map(|f| &f.pools[pool as usize])
+    }
+
+    #[inline]
+    fn free_set_mut(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeSet {
+        if self
+            .free
+            .get(self.last_stream)
+            .is_some_and(|f| f.stream == stream)
+        {
+            return &mut self.free[self.last_stream].pools[pool as usize];
+        }
+        let i = if let Some(i) = self.free.iter().position(|f| f.stream == stream) {
+            i
+        } else {
+            self.free.push(StreamFree {
+                stream,
+                pools: [FreeSet::new(), FreeSet::new()],
+            });
+            self.free.len() - 1
+        };
+        self.last_stream = i;
+        &mut self.free[i].pools[pool as usize]
+    }
+
+    fn key(&self, slot: u32) -> FreeKey {
+        let b = self.slab.get(slot);
+        FreeKey {
+            size: b.size,
+            addr: b.ptr,
+            slot,
+        }
+    }
+
+    /// Puts the free block in `slot` into its free set (cached free bytes follow).
+    fn insert_free(&mut self, slot: u32) {
+        let key = self.key(slot);
+        let (stream, pool) = {
+            let b = self.slab.get_mut(slot);
+            b.state = BlockState::Free { since: self.clock };
+            (b.stream, b.pool)
+        };
+        self.figures.cached_free_bytes += key.size;
+        self.free_set_mut(stream, pool).insert(key);
+    }
+
+    /// Takes the free block in `slot` out of its free set.
+    fn remove_free(&mut self, slot: u32) {
+        let key = self.key(slot);
+        let b = self.slab.get(slot);
+        debug_assert!(b.state.is_free());
+        let (stream, pool) = (b.stream, b.pool);
+        self.figures.cached_free_bytes -= key.size;
+        let found = self.free_set_mut(stream, pool).remove(key);
+        debug_assert!(found, "free block missing from its free set");
+    }
+
+    fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
+        self.figures.inactive_split.apply(pool, after.0 - before.0);
+        self.figures
+            .inactive_split_bytes
+            .apply(pool, after.1 - before.1);
+    }
+
+    /// A new segment of `size` bytes at `ptr` for `stream`'s `pool`, as one free block.
+    pub fn add_segment(&mut self, ptr: u64, size: u64, stream: StreamId, pool: PoolKind) -> u32 {
+        let slot = self.slab.insert(Block {
+            generation: 0,
+            ptr,
+            size,
+            stream,
+            pool,
+            state: BlockState::Free { since: self.clock },
+            prev: None,
+            next: None,
+            segment: ptr,
+        });
+        self.segments.insert(
+            ptr,
+            Segment {
+                size,
+                stream,
+                pool,
+                head: slot,
+            },
+        );
+        let f = &mut self.figures;
+        f.segment.increase(pool, 1);
+        f.reserved_bytes.increase(pool, size);
+        if size >= self.max_split_size {
+            f.oversize_segments.increase(PoolKind::Large, 1);
+        }
+        self.insert_free(slot);
+        slot
+    }
+
+    /// True when `slot` holds a free block that is a whole segment (releasable).
+    pub fn is_free_segment(&self, slot: u32) -> bool {
+        let b = self.slab.get(slot);
+        b.state.is_free() && b.is_whole_segment()
+    }
+
+    /// Forgets the free whole-segment block in `slot` (its memory went back to the device).
+    pub fn remove_segment(&mut self, slot: u32) -> Segment {
+        debug_assert!(self.is_free_segment(slot));
+        let base = self.slab.get(slot).ptr;
+        self.remove_free(slot);
+        self.slab.remove(slot);
+        let seg = self
+            .segments
+            .remove(&base)
+            .expect("a whole-segment block has a segment");
+        let f = &mut self.figures;
+        f.segment.decrease(seg.pool, 1);
+        f.reserved_bytes.decrease(seg.pool, seg.size);
+        if seg.size >= self.max_split_size {
+            f.oversize_segments.decrease(PoolKind::Large, 1);
+        }
+        seg
+    }
+
+    /// The smallest free block of `stream`'s `pool` with at least `size` bytes (lowest
+    /// address among equals), without the oversize rules.
+    #[inline]
+    pub fn lower_bound(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<FreeKey> {
+        self.free_set(stream, pool)?.lower_bound(size)
+    }
+
+    /// Free blocks of `stream`'s `pool` smaller than `size`, largest first.
+    pub fn below(&self, stream: StreamId, pool: PoolKind, size: u64) -> Vec<FreeKey> {
+        self.free_set(stream, pool)
+            .map(|f| f.below(size).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every free block of `pool`, in (stream, size, address) order.
+    pub fn free_blocks(&self, pool: PoolKind) -> Vec<FreeKey> {
+        let mut sets: Vec<&StreamFree> = self.free.iter().collect();
+        sets.sort_by_key(|f| f.stream);
+        sets.iter()
+            .flat_map(|f| f.pools[pool as usize].iter())
+            .collect()
+    }
+
+    /// Best fit for a rounded request of `size` bytes on `stream`'s `pool`, with the
+    /// oversize rules.
+    #[inline]
+    pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
+        let key = self.lower_bound(stream, pool, size)?;
+        let max_split = self.max_split_size;
+        // An oversize block is not handed to a request that could be split for.
+        if size < max_split && key.size >= max_split {
+            return None;
+        }
+        // An oversize request does not take a block much larger than itself.
+        if size >= max_split && key.size >= size.saturating_add(MAX_NON_SPLIT_ROUNDING) {
+            return None;
+        }
+        Some(key.slot)
+    }
+
+    /// Hands out the free block in `slot` for a rounded request of `size` bytes
+    /// (`requested` asked for), splitting off the rest when the split rules say so.
+    #[inline]
+    pub fn hand_out(&mut self, slot: u32, size: u64, requested: u64) -> HandOut {
+        let b = *self.slab.get(slot);
+        debug_assert!(b.state.is_free());
+        let before = b.split_contribution();
+        let mut after = (0, 0);
+        let split = should_split(b.pool, b.size, size, self.max_split_size);
+        let remainder = split.then(|| {
+            let r = self.slab.insert(Block {
+                generation: 0,
+                ptr: b.ptr + size,
+                size: b.size - size,
+                stream: b.stream,
+                pool: b.pool,
+                state: BlockState::Free { since: self.clock },
+                prev: Some(slot),
+                next: b.next,
+                segment: b.segment,
+            });
+            if let Some(n) = b.next {
+                self.slab.get_mut(n).prev = Some(r);
+            }
+            let h = self.slab.get_mut(slot);
+            h.next = Some(r);
+            h.size = size;
+            after = self.slab.get(r).split_contribution();
+            r
+        });
+        // The free bytes lose the hand-out; the remainder stays free.
+        self.figures.cached_free_bytes -= if remainder.is_some() { size } else { b.size };
+        // One free set serves the block and its remainder (same stream and pool).
+        let set = self.free_set_mut(b.stream, b.pool);
+        let found = set.remove(FreeKey {
+            size: b.size,
+            addr: b.ptr,
+            slot,
+        });
+        debug_assert!(found, "free block missing from its free set");
+        if let Some(r) = remainder {
+            set.insert(FreeKey {
+                size: b.size - size,
+                addr: b.ptr + size,
+                slot: r,
+            });
+        }
+        self.apply_split_change(b.pool, before, after);
+        let max_split = self.max_split_size;
+        let h = self.slab.get_mut(slot);
+        h.state = BlockState::Allocated {
+            requested,
+            handles: 1,
+        };
+        h.generation += 1;
+        let out = HandOut {
+            block: BlockRef {
+                id: slot,
+                generation: h.generation,
+            },
+            ptr: h.ptr,
+            size: h.size,
+        };
+        let (pool, bytes) = (h.pool, h.size);
+        let f = &mut self.figures;
+        f.allocation.increase(pool, 1);
+        f.allocated_bytes.increase(pool, bytes);
+        f.active.increase(pool, 1);
+        f.active_bytes.increase(pool, bytes);
+        f.requested_bytes.increase(pool, requested);
+        if bytes >= max_split {
+            f.oversize_allocations.increase(PoolKind::Large, 1);
+        }
+        out
+    }
+
+    /// One more storage handle of the allocated block `r`; false when `r` is not current
+    /// or not allocated.
+    pub fn add_handle(&mut self, r: BlockRef) -> bool {
+        match self.slab.resolve_mut(r) {
+            Some(Block {
+                state: BlockState::Allocated { handles, .. },
+                ..
+            }) => {
+                *handles += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Storage handles of the allocated block `r` (0 when not current or not allocated).
+    pub fn handles(&self, r: BlockRef) -> u32 {
+        match self.slab.resolve(r) {
+            Some(Block {
+                state: BlockState::Allocated { handles, .. },
+                ..
+            }) => *handles,
+            _ => 0,
+        }
+    }
+
+    /// Drops one storage handle of `r`; at the last one the user has freed the block: it
+    /// becomes pending-free (the caller decides when it becomes free) and its slot is
+    /// returned. `None` while handles remain or when `r` is not current.
+    #[inline]
+    pub fn drop_handle(&mut self, r: BlockRef) -> Option<u32> {
+        let max_split = self.max_split_size;
+        let b = self.slab.resolve_mut(r)?;
+        let BlockState::Allocated { requested, handles } = &mut b.state else {
+            return None;
+        };
+        if *handles > 1 {
+            *handles -= 1;
+            return None;
+        }
+        b.state = BlockState::PendingFree {
+            requested: *requested,
+        };
+        let (pool, size) = (b.pool, b.size);
+        let f = &mut self.figures;
+        f.allocation.decrease(pool, 1);
+        f.allocated_bytes.decrease(pool, size);
+        if size >= max_split {
+            f.oversize_allocations.decrease(PoolKind::Large, 1);
+        }
+        f.pending_free_bytes += size;
+        Some(r.id)
+    }
+
+    /// The pending-free block in `slot` cannot be proven unused: quarantine it.
+    pub fn quarantine(&mut self, slot: u32) {
+        let b = self.slab.get_mut(slot);
+        let BlockState::PendingFree { requested } = b.state else {
+            debug_assert!(false, "only a pending-free block is quarantined");
+            return;
+        };
+        b.state = BlockState::Quarantined { requested };
+        let size = b.size;
+        self.figures.pending_free_bytes -= size;
+        self.figures.quarantined_bytes += size;
+    }
+
+    /// The pending-free or quarantined block in `slot` becomes free: merged with its free
+    /// neighbours into its free set. Returns the slot of the merged block.
+    pub fn release(&mut self, slot: u32) -> u32 {
+        let b = self.slab.get_mut(slot);
+        let requested = match b.state {
+            BlockState::PendingFree { requested } => {
+                self.figures.pending_free_bytes -= b.size;
+                requested
+            }
+            BlockState::Quarantined { requested } => {
+                self.figures.quarantined_bytes -= b.size;
+                requested
+            }
+            _ => {
+                debug_assert!(false, "release of a block that was not freed by the user");
+                return slot;
+            }
+        };
+        // Free, in no set yet; its generation changes (handles to it are stale now).
+        b.state = BlockState::Free { since: self.clock };
+        b.generation += 1;
+        let (pool, size, prev, next) = (b.pool, b.size, b.prev, b.next);
+        let f = &mut self.figures;
+        f.active.decrease(pool, 1);
+        f.active_bytes.decrease(pool, size);
+        f.requested_bytes.decrease(pool, requested);
+        // A free neighbour is never a whole segment (this block is beside it), so each
+        // counts (1, its size) in `inactive_split` before the merge.
+        let free_key = |slab: &Slab, n: Option<u32>| {
+            n.and_then(|n| {
+                let nb = slab.get(n);
+                nb.state.is_free().then_some(FreeKey {
+                    size: nb.size,
+                    addr: nb.ptr,
+                    slot: n,
+                })
+            })
+        };
+        let (pk, nk) = (free_key(&self.slab, prev), free_key(&self.slab, next));
+        let stream = self.slab.get(slot).stream;
+        let mut merged = FreeKey {
+            size,
+            addr: self.slab.get(slot).ptr,
+            slot,
+        };
+        let mut before = (0, 0);
+        if let Some(p) = pk {
+            before = (before.0 + 1, before.1 + p.size as i64);
+            self.absorb(p.slot, slot);
+            merged = FreeKey {
+                size: merged.size + p.size,
+                addr: p.addr,
+                slot: p.slot,
+            };
+        }
+        if let Some(n) = nk {
+            before = (before.0 + 1, before.1 + n.size as i64);
+            self.absorb(merged.slot, n.slot);
+            merged.size += n.size;
+        }
+        // Neighbours share the block's stream and pool: one free set for every change.
+        let set = self.free_set_mut(stream, pool);
+        for k in [pk, nk].into_iter().flatten() {
+            let found = set.remove(k);
+            debug_assert!(found, "free neighbour missing from its free set");
+        }
+        set.insert(merged);
+        self.figures.cached_free_bytes += size;
+        let m = self.slab.get_mut(merged.slot);
+        m.state = BlockState::Free { since: self.clock };
+        let after = m.split_contribution();
+        self.apply_split_change(pool, before, after);
+        merged.slot
+    }
+
+    /// `low` absorbs its upper neighbour `high`, whose slot is vacated.
+    #[inline]
+    fn absorb(&mut self, low: u32, high: u32) {
+        let (hsize, hnext) = {
+            let h = self.slab.get(high);
+            (h.size, h.next)
+        };
+        let l = self.slab.get_mut(low);
+        l.size += hsize;
+        l.next = hnext;
+        if let Some(n) = hnext {
+            self.slab.get_mut(n).prev = Some(low);
+        }
+        self.slab.remove(high);
+    }
+
+    /// The largest free block of either pool and any stream.
+    pub fn largest_free_block(&self) -> u64 {
+        self.free
+            .iter()
+            .flat_map(|f| f.pools.iter())
+            .filter_map(FreeSet::last)
+            .map(|k| k.size)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Fragmentation of the free blocks per pool. O(free blocks).
+    pub fn fragmentation(&self) -> Fragmentation {
+        let mut frag = Fragmentation::default();
+        for f in &self.free {
+            for pool in [PoolKind::Small, PoolKind::Large] {
+                for k in f.pools[pool as usize].iter() {
+                    frag.add(pool == PoolKind::Small, k.size);
+                }
+            }
+        }
+        frag
+    }
+
+    /// Blocks of the segment whose lowest block is `head`, in address order.
+    pub fn segment_blocks(&self, head: u32) -> impl Iterator<Item = &Block> + '_ {
+        let mut cursor = Some(head);
+        std::iter::from_fn(move || {
+            let b = self.slab.get(cursor?);
+            cursor = b.next;
+            Some(b)
+        })
+    }
+}
