@@ -1,6 +1,7 @@
 //! A failed collective must not poison the allocator (issue 12 item 1): a block whose event
-//! query fails is quarantined, the error reaches the caller once, every other request is
-//! served, and the block returns to the pool after a successful synchronize of its streams.
+//! query fails is quarantined, the error reaches the caller once (the failed wait), every
+//! other request is served, and the block returns to the pool after a successful
+//! synchronize of its streams.
 
 mod common;
 
@@ -79,12 +80,12 @@ fn a_failed_collective_quarantines_its_block_and_the_allocator_keeps_serving() {
         });
         for (rank, seen) in out.values.iter().enumerate() {
             let ctx = format!("mode {mode} rank {rank}: {seen:?}");
-            assert_eq!(
-                seen.errors.len(),
-                1,
-                "the error reaches the caller once: {ctx}"
+            // The error reached the caller once, through the work's wait (asserted above);
+            // the allocator serves every later request instead of repeating it.
+            assert!(
+                seen.errors.is_empty(),
+                "the allocator does not fail unrelated calls: {ctx}"
             );
-            assert!(seen.errors[0].contains("injected"), "{ctx}");
             assert!(!seen.reused, "a quarantined block is never reused: {ctx}");
             assert_eq!(seen.quarantined, 4 * MIB, "{ctx}");
             assert_eq!(seen.pending, 0, "quarantined is not pending: {ctx}");

@@ -5,9 +5,8 @@
 //! (the harness asserts zero bytes allocated on every rank after the group drops).
 //!
 //! The cases whose freed tensor waits on an event that can only fail (a collective that
-//! failed or timed out in modes 0 and 1, an event query error in any mode) need the
-//! allocator to quarantine such blocks (issue 12 item 1); they are in their own test,
-//! ignored until that lands.
+//! failed or timed out in modes 0 and 1, an event query error in any mode) rely on the
+//! allocator quarantining such blocks (`quarantined_bytes`); they are in their own test.
 
 mod common;
 
@@ -171,7 +170,6 @@ fn every_fault_in_every_mode_leaves_the_allocator_serving() {
 }
 
 #[test]
-#[ignore = "needs the allocator's quarantine (issue 12 item 1)"]
 fn faults_that_leave_a_failing_event_need_the_quarantine() {
     check(needs_quarantine);
 }

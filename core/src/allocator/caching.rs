@@ -38,8 +38,10 @@ pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
 ///
 /// # Failed event queries
 /// A freed block whose event query or synchronization fails (a failed collective on the
-/// stream that used it, say) is quarantined: the call that met the failure returns it,
-/// once; the block is never reused while quarantined (`quarantined_bytes` in
+/// stream that used it, say) is quarantined. The failure is the failed operation's to
+/// report (the work's `wait`, the stream's synchronize already returned it), so the
+/// allocator does not repeat it on unrelated calls: it logs one `tracing` warning per
+/// block; the block is never reused while quarantined (`quarantined_bytes` in
 /// [`AllocatorStats`]); every other request is served; and the block returns to the pool
 /// after a synchronize of every stream that used it succeeds
 /// ([`CachingAllocator::release_quarantined`], [`CachingAllocator::empty_cache`]).
@@ -171,7 +173,7 @@ impl<B: Backend> CachingAllocator<B> {
         if !st.pending.is_empty()
             && (!self.config.lazy_reclaim || st.pending_events > LAZY_RECLAIM_EVENTS)
         {
-            st.process_events()?;
+            st.process_events();
         }
         if let Some(out) = st.serve(req) {
             return Ok(out);
@@ -186,7 +188,7 @@ impl<B: Backend> CachingAllocator<B> {
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
         if self.config.lazy_reclaim {
-            st.process_events()?;
+            st.process_events();
             if let Some(out) = st.serve(req) {
                 return Ok(out);
             }
@@ -201,7 +203,7 @@ impl<B: Backend> CachingAllocator<B> {
                 freed
             });
             if freed {
-                st.process_events()?;
+                st.process_events();
                 if let Some(out) = st.serve(req) {
                     return Ok(out);
                 }
@@ -348,14 +350,15 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(e) = st.deferred.take() {
             return Err(AllocError::Backend(e));
         }
-        st.process_events()?;
+        st.process_events();
         Ok(())
     }
 
     /// Synchronizes every pending event (as PyTorch's `empty_cache` does), then releases
     /// every free whole-segment cached block to the device. Quarantined blocks whose streams
     /// now synchronize return to the pool first; a pending block that cannot be
-    /// synchronized is quarantined, its error returned once, and the rest still released.
+    /// synchronized is quarantined (logged, not returned) and the rest still released. The
+    /// error returned is a failure to release a segment to the device.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
         self.state.lock().release_cached()?;
         Ok(())

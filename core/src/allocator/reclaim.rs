@@ -4,10 +4,12 @@
 //! # Quarantine
 //! A pending-free block whose event query (or synchronization) fails cannot be proven
 //! unused: the device may still be working on it, or may never say. Such a block is
-//! *quarantined*: it leaves the pending list (so the failure is reported once, by the call
-//! that met it, and never again blocks `process_events`, `allocate` or `empty_cache`), it
-//! counts in `quarantined_bytes` instead of `pending_free_bytes`, and it is never reused
-//! while quarantined. It returns to the pool only after a synchronize of every stream that
+//! *quarantined*: it leaves the pending list, it counts in `quarantined_bytes` instead of
+//! `pending_free_bytes`, and it is never reused while quarantined. The failure itself is not
+//! the allocator's to report: the operation that failed (a work's `wait`, the stream's
+//! synchronize) already returned it to its caller, so `allocate`, `process_events` and
+//! `empty_cache` keep succeeding (a request the allocator can serve is served) and the
+//! quarantine is logged once per block (`tracing` warning) instead of failing unrelated calls. It returns to the pool only after a synchronize of every stream that
 //! used it succeeds ([`super::CachingAllocator::release_quarantined`], `empty_cache`, or the
 //! synchronizing step of a failing allocation).
 
@@ -18,6 +20,17 @@ use super::oom::{OomInfo, OutOfMemory};
 use super::sizes::PoolKind;
 use super::state::{Request, State};
 use super::trace::TraceAction;
+
+/// One warning per quarantined block: the failure was already returned by the operation
+/// that failed; this says what it costs the allocator.
+fn log_quarantine(error: &BackendError, bytes: u64) {
+    tracing::warn!(
+        %error,
+        bytes,
+        "memreuse allocator: a freed block whose stream work failed is quarantined \
+         (not reused until its streams synchronize; see quarantined_bytes)"
+    );
+}
 
 impl<B: Backend> State<B> {
     /// Moves the pending block at `pending[i]` into quarantine (its events go back to the
@@ -34,10 +47,9 @@ impl<B: Backend> State<B> {
     }
 
     /// Frees every pending block whose events all completed (PyTorch's `process_events`).
-    /// A block whose event query fails is quarantined and the first such error returned;
-    /// every other pending block is still processed.
-    pub fn process_events(&mut self) -> Result<(), BackendError> {
-        let mut first_err = None;
+    /// A block whose event query fails is quarantined (and logged); every other pending
+    /// block is still processed.
+    pub fn process_events(&mut self) {
         let mut i = 0;
         while i < self.pending.len() {
             let slot = self.pending[i];
@@ -53,7 +65,7 @@ impl<B: Backend> State<B> {
                     }
                     Ok(false) => j += 1,
                     Err(e) => {
-                        first_err.get_or_insert(e);
+                        log_quarantine(&e, self.index.block(slot).size);
                         failed = true;
                         break;
                     }
@@ -68,16 +80,14 @@ impl<B: Backend> State<B> {
                 i += 1;
             }
         }
-        first_err.map_or(Ok(()), Err)
     }
 
     /// Waits for every pending event on the host and frees the blocks
     /// (PyTorch's `synchronize_and_free_events`; counted in `num_sync_all_streams`). A block
-    /// whose event cannot be waited for is quarantined and the first such error returned
-    /// after every other block was freed.
-    pub fn synchronize_and_free_events(&mut self) -> Result<(), BackendError> {
+    /// whose event cannot be waited for is quarantined (and logged); every other block is
+    /// freed.
+    pub fn synchronize_and_free_events(&mut self) {
         self.counts.num_sync_all_streams += 1;
-        let mut first_err = None;
         let mut i = 0;
         while i < self.pending.len() {
             let slot = self.pending[i];
@@ -86,7 +96,7 @@ impl<B: Backend> State<B> {
                 .iter()
                 .find_map(|(_, e)| self.backend.synchronize_event(e).err());
             if let Some(e) = failed {
-                first_err.get_or_insert(e);
+                log_quarantine(&e, self.index.block(slot).size);
                 self.quarantine_pending(i);
             } else {
                 i += 1;
@@ -100,7 +110,6 @@ impl<B: Backend> State<B> {
             }
             self.release_to_pool(slot);
         }
-        first_err.map_or(Ok(()), Err)
     }
 
     /// Synchronizes the streams that used each quarantined block; a block whose streams all
@@ -167,14 +176,15 @@ impl<B: Backend> State<B> {
     /// Retries quarantined blocks (failures stay quarantined: each was reported once
     /// already), synchronizes all pending events, then releases every free whole-segment
     /// block of every stream (PyTorch's `release_cached_blocks`). A pending block that
-    /// cannot be synchronized is quarantined and its error returned after the release.
+    /// cannot be synchronized is quarantined; only a failure to release a segment is
+    /// returned.
     pub fn release_cached(&mut self) -> Result<(), BackendError> {
         if !self.quarantined.is_empty()
             && let Err(e) = self.release_quarantined()
         {
             tracing::debug!(%e, "memreuse allocator: quarantined blocks stay quarantined");
         }
-        let synced = self.synchronize_and_free_events();
+        self.synchronize_and_free_events();
         for kind in [PoolKind::Small, PoolKind::Large] {
             let victims: Vec<u32> = self
                 .index
@@ -187,7 +197,7 @@ impl<B: Backend> State<B> {
                 self.release_segment(slot)?;
             }
         }
-        synced
+        Ok(())
     }
 
     /// PyTorch's `garbage_collect_cached_blocks`: with a per-process limit and a GC
