@@ -253,3 +253,23 @@ fn gc_threshold_requires_a_memory_fraction() {
         }
     );
 }
+
+#[test]
+fn error_messages_cut_huge_values_and_keys() {
+    let huge = "9".repeat(100_000);
+    for conf in [
+        format!("max_split_size_mb:{huge}x"),
+        format!("{huge}:1"),
+        format!("lazy_reclaim:{huge}"),
+        huge.clone(),
+        format!("garbage_collection_threshold:0.{huge}9x"),
+    ] {
+        let err = memreuse_core::AllocatorConfig::parse(&conf).expect_err("invalid");
+        let msg = err.to_string();
+        assert!(msg.len() < 600, "{} bytes: {}", msg.len(), &msg[..200]);
+        assert!(
+            msg.contains("100"),
+            "the message gives the cut value's length: {msg}"
+        );
+    }
+}

@@ -10,6 +10,17 @@
 use thiserror::Error;
 
 use super::sizes::ROUNDUP_INTERVALS;
+use crate::error::clip;
+
+/// A key or value for a message: as written in backticks, or cut to 64 characters (with
+/// its length) when longer, so a hostile 100 KB value cannot make the message huge.
+fn shown(v: &str) -> String {
+    if v.chars().nth(64).is_none() {
+        format!("`{v}`")
+    } else {
+        clip(v)
+    }
+}
 
 /// The environment variable [`AllocatorConfig::from_env`] reads.
 pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
@@ -68,14 +79,18 @@ impl Default for AllocatorConfig {
 #[non_exhaustive]
 pub enum ConfigError {
     /// A key memreuse does not know.
-    #[error("{ALLOC_CONF_ENV}: unknown key `{key}` (valid keys: {VALID_KEYS})")]
+    #[error(
+        "{ALLOC_CONF_ENV}: unknown key {} (valid keys: {VALID_KEYS})",
+        shown(key)
+    )]
     UnknownKey {
         /// The key as written.
         key: String,
     },
     /// A piece without `:` between key and value.
     #[error(
-        "{ALLOC_CONF_ENV}: `{key}` has no value: write `{key}:VALUE` (valid keys: {VALID_KEYS})"
+        "{ALLOC_CONF_ENV}: {} has no value: write `KEY:VALUE` (valid keys: {VALID_KEYS})",
+        shown(key)
     )]
     MissingColon {
         /// The piece as written (taken as the key).
@@ -84,14 +99,18 @@ pub enum ConfigError {
     /// An empty piece (`a:1,,b:2`, or a trailing comma).
     #[error(
         "{ALLOC_CONF_ENV}: empty piece {} (pieces are `key:value` separated by single commas)",
-        after.as_ref().map_or_else(|| "at the start".to_owned(), |k| format!("after key `{k}`"))
+        after.as_ref().map_or_else(|| "at the start".to_owned(), |k| format!("after key {}", shown(k)))
     )]
     EmptyPiece {
         /// The key of the piece before the empty one, if any.
         after: Option<String>,
     },
     /// A value that is not a number of the expected kind.
-    #[error("{ALLOC_CONF_ENV}: `{key}` expects {expected}, got `{value}`")]
+    #[error(
+        "{ALLOC_CONF_ENV}: {} expects {expected}, got {}",
+        shown(key),
+        shown(value)
+    )]
     BadNumber {
         /// The key.
         key: String,
@@ -101,7 +120,11 @@ pub enum ConfigError {
         expected: &'static str,
     },
     /// A number outside the valid range.
-    #[error("{ALLOC_CONF_ENV}: `{key}` must be {valid}, got `{value}`")]
+    #[error(
+        "{ALLOC_CONF_ENV}: {} must be {valid}, got {}",
+        shown(key),
+        shown(value)
+    )]
     OutOfRange {
         /// The key.
         key: String,
@@ -111,7 +134,11 @@ pub enum ConfigError {
         valid: &'static str,
     },
     /// A value of the wrong shape (not a boolean, a malformed list).
-    #[error("{ALLOC_CONF_ENV}: `{key}` expects {expected}, got `{value}`")]
+    #[error(
+        "{ALLOC_CONF_ENV}: {} expects {expected}, got {}",
+        shown(key),
+        shown(value)
+    )]
     BadValue {
         /// The key.
         key: String,
@@ -121,13 +148,16 @@ pub enum ConfigError {
         expected: &'static str,
     },
     /// The same key twice.
-    #[error("{ALLOC_CONF_ENV}: key `{key}` given more than once")]
+    #[error("{ALLOC_CONF_ENV}: key {} given more than once", shown(key))]
     DuplicateKey {
         /// The key.
         key: String,
     },
     /// A key that only makes sense together with another one.
-    #[error("{ALLOC_CONF_ENV}: `{key}` requires `{requires}` to be set as well")]
+    #[error(
+        "{ALLOC_CONF_ENV}: {} requires `{requires}` to be set as well",
+        shown(key)
+    )]
     Requires {
         /// The key that was given.
         key: String,
