@@ -189,6 +189,15 @@ impl std::fmt::Debug for AscendDevice {
 }
 
 impl AscendDevice {
+    /// True on the stand-in when its devices have their race detector (the runner switches
+    /// it off for `--race-check adaptor`); never on a real CANN install.
+    fn standin_detects_races(&self) -> bool {
+        self.inner.api.memreuse_standin_race_reports.is_some()
+            && (self.inner.api.memreuse_standin_set_race_detection.is_none()
+                || crate::registry::STANDIN_RACE_DETECTION
+                    .load(std::sync::atomic::Ordering::Acquire))
+    }
+
     /// Opens device `index` with the given libraries (see [`crate::loader::api`]): binds it
     /// and creates its default (`compute`) stream.
     pub fn open(api: &'static Api, index: usize) -> Result<AscendDevice, BackendError> {
@@ -310,7 +319,7 @@ impl Backend for AscendDevice {
         if self.inner.api.is_standin() {
             c.deterministic_scheduling = true;
             c.memory_capacity = true;
-            c.native_race_detection = self.inner.api.memreuse_standin_race_reports.is_some();
+            c.native_race_detection = self.standin_detects_races();
         }
         c
     }
@@ -586,6 +595,9 @@ impl Backend for AscendDevice {
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
+        if !self.standin_detects_races() {
+            return None;
+        }
         let f = self.inner.api.memreuse_standin_race_reports?;
         // SAFETY: a null buffer asks only for the size.
         let needed = unsafe { f(self.inner.device, std::ptr::null_mut(), 0) };

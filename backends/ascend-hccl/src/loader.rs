@@ -198,6 +198,7 @@ api! {
         hccl::HcclGroupStart: HcclGroupStart,
         hccl::HcclGroupEnd: HcclGroupEnd,
         acl::memreuse_standin_configure: memreuse_standin_configure,
+        acl::memreuse_standin_set_race_detection: memreuse_standin_set_race_detection,
         acl::memreuse_standin_annotate: memreuse_standin_annotate,
         acl::memreuse_standin_set_op_label: memreuse_standin_set_op_label,
         acl::memreuse_standin_delay: memreuse_standin_delay,

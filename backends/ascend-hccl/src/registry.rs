@@ -41,12 +41,23 @@ fn open(options: &BackendOptions) -> Result<AnyBackend, BackendError> {
     Ok(AnyBackend::new(AscendDevice::open(api, options.device)?))
 }
 
+/// Whether the stand-in's devices were last configured with their race detector (off under
+/// `BackendOptions::disable_native_race_detection`, i.e. `--race-check adaptor`).
+pub(crate) static STANDIN_RACE_DETECTION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
 /// Gives the stand-in a fresh cluster shaped by `options` (no-op on a real CANN install,
 /// which has no `memreuse_standin_configure`).
 pub fn configure_standin(api: &'static Api, options: &WorldOptions) -> Result<(), BackendError> {
     let Some(configure) = api.memreuse_standin_configure else {
         return Ok(());
     };
+    let detect = !options.backend.disable_native_race_detection;
+    if let Some(set_race_detection) = api.memreuse_standin_set_race_detection {
+        // SAFETY: a plain integer argument; only read by the configure call below.
+        unsafe { set_race_detection(i32::from(detect)) };
+    }
+    STANDIN_RACE_DETECTION.store(detect, std::sync::atomic::Ordering::Release);
     let devices = options.world_size.max(STANDIN_MIN_DEVICES);
     let seed = options.backend.deterministic_seed;
     // SAFETY: plain integers; called while this process uses no stand-in handle (worlds

@@ -331,6 +331,9 @@ pub type memreuse_standin_configure = unsafe extern "C" fn(
     seed: u64,
     timeout_ms: u64,
 ) -> i32;
+/// `int32_t memreuse_standin_set_race_detection(int32_t enabled)`: whether the next
+/// configure gives the devices a race detector; returns the previous setting.
+pub type memreuse_standin_set_race_detection = unsafe extern "C" fn(enabled: i32) -> i32;
 /// `int32_t memreuse_standin_annotate(int32_t device, uint64_t ptr, uint64_t bytes,
 /// uint64_t id)`.
 pub type memreuse_standin_annotate =

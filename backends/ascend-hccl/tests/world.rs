@@ -179,3 +179,25 @@ fn ranks_as_processes_share_root_info_through_the_tcp_store() {
     });
     assert_eq!(sums, vec![(3.0, 3.0), (3.0, 3.0)]);
 }
+
+/// `--race-check adaptor` switches the stand-in's own detector off (the runner then judges
+/// with its adaptor alone): the devices report no detector and no race list, and the next
+/// world without the switch has its detector back.
+#[test]
+fn the_standin_detector_is_switched_off_on_request() {
+    let _g = serial();
+    let api = standin(&[]);
+    for disable in [true, false] {
+        let mut opts = options(2);
+        opts.backend.disable_native_race_detection = disable;
+        let world = open_world_with(api, &opts).unwrap();
+        for (dev, _) in &world {
+            assert_eq!(
+                dev.capabilities().native_race_detection,
+                !disable,
+                "disable {disable}"
+            );
+            assert_eq!(dev.race_reports().is_some(), !disable, "disable {disable}");
+        }
+    }
+}

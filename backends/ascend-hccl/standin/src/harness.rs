@@ -8,6 +8,7 @@
 //! | `memreuse_standin_annotate(device, ptr, bytes, id)` | ACL code | `annotate_allocation` on the device |
 //! | `memreuse_standin_set_op_label(device, label, len)` | ACL code | labels the next ops (diagnostics) |
 //! | `memreuse_standin_delay(stream, micros)` | ACL code | enqueues a device busy period |
+//! | `memreuse_standin_set_race_detection(enabled)` | previous (0/1) | whether the next `configure` gives the devices a race detector (default 1) |
 //! | `memreuse_standin_race_reports(device, buf, cap)` | bytes needed | race reports as text lines |
 //! | `memreuse_standin_race_count()` | count | races found on every device of the cluster |
 //! | `memreuse_standin_inject_malloc_oom(device, nth)` | ACL code | the `nth` next device malloc fails with 207001 |
@@ -48,6 +49,15 @@ fn device(index: i32) -> Result<memreuse_mock::MockDevice, i32> {
         .ok_or(code::INVALID_DEVICE)
 }
 
+/// Whether the next `memreuse_standin_configure` gives its devices a race detector: off when
+/// the runner judges races with its adaptor alone (`--race-check adaptor`).
+static RACE_DETECTION: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memreuse_standin_set_race_detection(enabled: i32) -> i32 {
+    i32::from(RACE_DETECTION.swap(enabled != 0, std::sync::atomic::Ordering::AcqRel))
+}
+
 #[unsafe(no_mangle)]
 unsafe extern "C" fn memreuse_standin_configure(
     devices: u32,
@@ -61,6 +71,7 @@ unsafe extern "C" fn memreuse_standin_configure(
             return Err(code::INVALID_PARAM);
         }
         let mut config = MockConfig::with_capacity(capacity);
+        config.race_detection = RACE_DETECTION.load(std::sync::atomic::Ordering::Acquire);
         if deterministic != 0 {
             config = config.deterministic(seed);
         }
