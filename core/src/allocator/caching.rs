@@ -14,6 +14,7 @@ use super::callbacks::{CallbackId, Registry};
 use super::config::AllocatorConfig;
 use super::index::{BlockRef, HandOut};
 use super::oom::{AllocError, OomInfo};
+use super::oom_culprits::OomExplainer;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
 use super::state::{Request, State};
@@ -56,6 +57,8 @@ pub struct CachingAllocator<B: Backend> {
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
     oom_observers: Registry<OomObserver>,
+    /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
+    oom_explainers: Registry<OomExplainer>,
     /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
     oom_snapshot: Mutex<Option<PathBuf>>,
 }
@@ -89,6 +92,7 @@ impl<B: Backend> CachingAllocator<B> {
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
             oom_observers: Registry::new(),
+            oom_explainers: Registry::new(),
             oom_snapshot: Mutex::new(
                 std::env::var_os(crate::observe::OOM_SNAPSHOT_ENV)
                     .filter(|p| !p.is_empty())
@@ -185,6 +189,9 @@ impl<B: Backend> CachingAllocator<B> {
         st: &mut parking_lot::MutexGuard<'_, State<B>>,
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
+        // What was pending when the request missed the cache: the chain below synchronizes
+        // those streams, so an OOM report taken at its end would no longer see them.
+        let pending_at_miss = st.pending_culprits();
         if self.config.lazy_reclaim {
             st.process_events()?;
             if let Some(out) = st.serve(req) {
@@ -226,6 +233,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(st.hand_out(slot, req));
         }
         let (info, mut err) = st.out_of_memory(req);
+        err.culprits.merge_pending(pending_at_miss);
         // The snapshot shows the moment of failure: before observers free anything.
         let template = self.oom_snapshot.lock().clone();
         parking_lot::MutexGuard::unlocked(st, || {
@@ -238,6 +246,10 @@ impl<B: Backend> CachingAllocator<B> {
             for observer in self.oom_observers.snapshot() {
                 observer(&info);
             }
+            for explain in self.oom_explainers.snapshot() {
+                explain(&mut err.culprits);
+            }
+            err.culprits.sort();
         });
         Err(AllocError::OutOfMemory(Box::new(err)))
     }
@@ -393,6 +405,18 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Registers an explainer, called at out-of-memory without the allocator lock, that
+    /// adds to the error's culprits what the caller knows (a process group names its
+    /// works' operations and reports the shelves of works never waited).
+    pub fn add_oom_explainer(&self, explain: Arc<OomExplainer>) -> CallbackId {
+        self.oom_explainers.add(explain)
+    }
+
+    /// Removes an explainer registered with [`CachingAllocator::add_oom_explainer`].
+    pub fn remove_oom_explainer(&self, id: CallbackId) {
+        self.oom_explainers.remove(id);
     }
 
     /// Where a viewer snapshot (pickle) is written at out-of-memory, before the error

@@ -35,6 +35,7 @@ mod events;
 mod fragmentation;
 mod index;
 mod oom;
+mod oom_culprits;
 mod reclaim;
 mod sizes;
 mod snapshot;
@@ -53,6 +54,7 @@ pub use config::{
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
 pub use oom::{AllocError, FormatSize, OomInfo, OutOfMemory};
+pub use oom_culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,

@@ -33,6 +33,7 @@ pub struct ProcessGroup<B: Backend> {
     shared: Arc<PgShared<B>>,
     watchdog: Option<Watchdog>,
     oom_callback: CallbackId,
+    oom_explainer: CallbackId,
 }
 
 /// One member of a batched point-to-point exchange: the whole tensor as `f32` elements
@@ -95,6 +96,14 @@ impl<B: Backend> ProcessGroup<B> {
             weak.upgrade()
                 .is_some_and(|s| s.release_completed_for_oom())
         }));
+        let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
+        let oom_explainer = shared.allocator.add_oom_explainer(Arc::new(
+            move |culprits: &mut crate::allocator::OomCulprits| {
+                if let Some(s) = weak.upgrade() {
+                    s.explain_oom(culprits);
+                }
+            },
+        ));
         let watchdog = match shared.settings.watchdog_interval {
             Some(interval) => {
                 Some(
@@ -109,6 +118,7 @@ impl<B: Backend> ProcessGroup<B> {
             shared,
             watchdog,
             oom_callback,
+            oom_explainer,
         })
     }
 
@@ -572,6 +582,9 @@ impl<B: Backend> Drop for ProcessGroup<B> {
         self.shared
             .allocator
             .remove_free_memory_callback(self.oom_callback);
+        self.shared
+            .allocator
+            .remove_oom_explainer(self.oom_explainer);
         self.shared.shutdown();
     }
 }

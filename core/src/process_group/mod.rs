@@ -11,6 +11,7 @@ mod error;
 mod group;
 pub mod handoff;
 mod mode;
+mod oom_explain;
 mod policy;
 mod shared;
 mod shelf;
