@@ -20,6 +20,7 @@ use super::snapshot::Snapshot;
 use super::state::{Request, State};
 use super::stats::AllocatorStats;
 use super::storage::{Hand, Storage};
+use super::use_ledger::UseLedger;
 use super::uses::EraseOutcome;
 
 /// With `lazy_reclaim`, events are processed at malloc only above this many pending events
@@ -59,6 +60,10 @@ pub struct CachingAllocator<B: Backend> {
     oom_observers: Registry<OomObserver>,
     /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
     oom_explainers: Registry<OomExplainer>,
+    /// Declared stream uses of recent hand-outs, for race advice; `None` unless enabled.
+    use_ledger: Mutex<Option<UseLedger>>,
+    /// Whether `use_ledger` is on (read without its lock on the hot path).
+    use_ledger_on: std::sync::atomic::AtomicBool,
     /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
     oom_snapshot: Mutex<Option<PathBuf>>,
 }
@@ -93,6 +98,8 @@ impl<B: Backend> CachingAllocator<B> {
             free_callbacks: Registry::new(),
             oom_observers: Registry::new(),
             oom_explainers: Registry::new(),
+            use_ledger: Mutex::new(None),
+            use_ledger_on: std::sync::atomic::AtomicBool::new(false),
             oom_snapshot: Mutex::new(
                 std::env::var_os(crate::observe::OOM_SNAPSHOT_ENV)
                     .filter(|p| !p.is_empty())
@@ -135,6 +142,13 @@ impl<B: Backend> CachingAllocator<B> {
             alloc_size: segment_size(size),
         };
         let (out, allocation_id) = self.malloc(&req)?;
+        if self
+            .use_ledger_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(l) = self.use_ledger.lock().as_mut()
+        {
+            l.handed_out(allocation_id);
+        }
         self.backend
             .annotate_allocation(DevicePtr(out.ptr), out.size, allocation_id);
         Ok(Storage {
@@ -316,6 +330,14 @@ impl<B: Backend> CachingAllocator<B> {
         let mut st = self.state.lock();
         if self.owns(storage) {
             st.record_use(storage.block_ref(), stream, id, owner);
+            drop(st);
+            if self
+                .use_ledger_on
+                .load(std::sync::atomic::Ordering::Relaxed)
+                && let Some(l) = self.use_ledger.lock().as_mut()
+            {
+                l.declared(storage.allocation_id(), id);
+            }
         } else {
             st.counts.record_stream_calls += 1;
         }
@@ -405,6 +427,20 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Starts recording which streams each hand-out is declared to be used on (the last
+    /// `capacity` hand-outs), for [`crate::race::advise`]. Off by default: it costs a lock
+    /// per hand-out and per `record_stream`.
+    pub fn enable_use_ledger(&self, capacity: usize) {
+        *self.use_ledger.lock() = Some(UseLedger::new(capacity));
+        self.use_ledger_on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A copy of the use ledger, if [`CachingAllocator::enable_use_ledger`] was called.
+    pub fn use_ledger(&self) -> Option<UseLedger> {
+        self.use_ledger.lock().clone()
     }
 
     /// Registers an explainer, called at out-of-memory without the allocator lock, that

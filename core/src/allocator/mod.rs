@@ -43,6 +43,7 @@ mod state;
 mod stats;
 mod storage;
 mod trace;
+mod use_ledger;
 mod uses;
 
 pub use block::UseOwner;
@@ -63,4 +64,5 @@ pub use snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot};
 pub use stats::{AllocatorStats, Stat, StatArray};
 pub use storage::{Storage, WeakStorage};
 pub use trace::{TraceAction, TraceEntry, trace_clock_us};
+pub use use_ledger::UseLedger;
 pub use uses::EraseOutcome;
