@@ -78,3 +78,31 @@ fn never_waited_work_in_mode_2_is_named_with_its_shelf() {
         assert_eq!(after, 0, "released once the work completed");
     }
 }
+
+#[test]
+fn a_completed_work_never_waited_that_holds_memory_is_warned_about_once() {
+    let mut setup = Setup::new(2, ReuseMode::EraseRecordStream);
+    setup.watchdog = None;
+    setup.unwaited_warning_after = Duration::ZERO;
+    let out = run(&setup, |r| {
+        let c = &r.compute;
+        let t = r.tensor(4096, 1.0, c);
+        drop(r.pg.all_reduce(&t, ReduceOp::Sum, c, true).unwrap());
+        let waited = r.tensor(4096, 1.0, c);
+        let w = r.pg.all_reduce(&waited, ReduceOp::Sum, c, true).unwrap();
+        w.wait(c).unwrap();
+        r.device.synchronize_device().unwrap();
+        // The poll sees both complete and warns (delay zero) about the never-waited one only.
+        r.pg.release_completed();
+        r.pg.release_completed();
+        let first = r.pg.stats().never_waited_warnings;
+        r.pg.release_completed();
+        let again = r.pg.stats().never_waited_warnings;
+        drop((t, waited));
+        (first, again)
+    });
+    for (first, again) in out.values {
+        assert_eq!(first, 1, "one warning, for the never-waited work");
+        assert_eq!(again, 1, "once per work");
+    }
+}

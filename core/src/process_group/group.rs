@@ -65,6 +65,7 @@ impl<B: Backend> ProcessGroup<B> {
             timeout: Duration::from_secs(600),
             watchdog_interval: Some(Duration::from_millis(2)),
             blocking_wait: false,
+            unwaited_warning_after: Duration::from_secs(10),
         }
     }
 
@@ -87,6 +88,7 @@ impl<B: Backend> ProcessGroup<B> {
             first_failure: Mutex::new(None),
             watchdog_signal: Arc::new((Mutex::new(false), parking_lot::Condvar::new())),
             spans: Mutex::new(std::collections::VecDeque::new()),
+            unwaited: Mutex::new(Vec::new()),
         });
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
         // Before the allocator declares OOM it asks us to release the shelves of works
@@ -544,6 +546,8 @@ impl<B: Backend> ProcessGroup<B> {
             tracked: Mutex::new(Vec::new()),
             completed: AtomicBool::new(false),
             error: Mutex::new(None),
+            seen_done_at: std::sync::OnceLock::new(),
+            warned_unwaited: AtomicBool::new(false),
         });
         let cx = sh.policy_context();
         sh.policy

@@ -15,6 +15,7 @@ mod oom_explain;
 mod policy;
 mod shared;
 mod shelf;
+mod unwaited;
 mod watchdog;
 mod work;
 
