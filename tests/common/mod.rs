@@ -122,6 +122,8 @@ pub struct Setup {
     /// synchronize (reporting it in [`Outcome::device_errors`]); the zero-bytes assertion
     /// still runs. Without it, a leftover device error fails the run.
     pub expect_device_errors: bool,
+    /// The group's never-waited warning delay (`unwaited_warning_after`).
+    pub unwaited_warning_after: Duration,
 }
 
 impl Setup {
@@ -136,6 +138,7 @@ impl Setup {
             alloc: AllocatorConfig::default(),
             inject_collective_failures: Vec::new(),
             expect_device_errors: false,
+            unwaited_warning_after: Duration::from_secs(10),
         }
     }
 }
@@ -190,6 +193,7 @@ fn run_rank<T>(
         .watchdog(setup.watchdog)
         .timeout(setup.timeout)
         .blocking_wait(setup.blocking_wait)
+        .unwaited_warning_after(setup.unwaited_warning_after)
         .build()
         .expect("process group");
     let compute = device.default_stream();

@@ -14,11 +14,13 @@ use super::callbacks::{CallbackId, Registry};
 use super::config::AllocatorConfig;
 use super::index::{BlockRef, HandOut};
 use super::oom::{AllocError, OomInfo};
+use super::oom_culprits::OomExplainer;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
 use super::state::{Request, State};
 use super::stats::AllocatorStats;
 use super::storage::{Hand, Storage};
+use super::use_ledger::UseLedger;
 use super::uses::EraseOutcome;
 
 /// With `lazy_reclaim`, events are processed at malloc only above this many pending events
@@ -58,6 +60,12 @@ pub struct CachingAllocator<B: Backend> {
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
     oom_observers: Registry<OomObserver>,
+    /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
+    oom_explainers: Registry<OomExplainer>,
+    /// Declared stream uses of recent hand-outs, for race advice; `None` unless enabled.
+    use_ledger: Mutex<Option<UseLedger>>,
+    /// Whether `use_ledger` is on (read without its lock on the hot path).
+    use_ledger_on: std::sync::atomic::AtomicBool,
     /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
     oom_snapshot: Mutex<Option<PathBuf>>,
 }
@@ -91,6 +99,9 @@ impl<B: Backend> CachingAllocator<B> {
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
             oom_observers: Registry::new(),
+            oom_explainers: Registry::new(),
+            use_ledger: Mutex::new(None),
+            use_ledger_on: std::sync::atomic::AtomicBool::new(false),
             oom_snapshot: Mutex::new(
                 std::env::var_os(crate::observe::OOM_SNAPSHOT_ENV)
                     .filter(|p| !p.is_empty())
@@ -133,6 +144,13 @@ impl<B: Backend> CachingAllocator<B> {
             alloc_size: segment_size(size),
         };
         let (out, allocation_id) = self.malloc(&req)?;
+        if self
+            .use_ledger_on
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(l) = self.use_ledger.lock().as_mut()
+        {
+            l.handed_out(allocation_id);
+        }
         self.backend
             .annotate_allocation(DevicePtr(out.ptr), out.size, allocation_id);
         Ok(Storage {
@@ -187,6 +205,9 @@ impl<B: Backend> CachingAllocator<B> {
         st: &mut parking_lot::MutexGuard<'_, State<B>>,
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
+        // What was pending when the request missed the cache: the chain below synchronizes
+        // those streams, so an OOM report taken at its end would no longer see them.
+        let pending_at_miss = st.pending_culprits();
         if self.config.lazy_reclaim {
             st.process_events();
             if let Some(out) = st.serve(req) {
@@ -228,6 +249,7 @@ impl<B: Backend> CachingAllocator<B> {
             return Ok(st.hand_out(slot, req));
         }
         let (info, mut err) = st.out_of_memory(req);
+        err.culprits.merge_pending(pending_at_miss);
         // The snapshot shows the moment of failure: before observers free anything.
         let template = self.oom_snapshot.lock().clone();
         parking_lot::MutexGuard::unlocked(st, || {
@@ -240,6 +262,10 @@ impl<B: Backend> CachingAllocator<B> {
             for observer in self.oom_observers.snapshot() {
                 observer(&info);
             }
+            for explain in self.oom_explainers.snapshot() {
+                explain(&mut err.culprits);
+            }
+            err.culprits.sort();
         });
         Err(AllocError::OutOfMemory(Box::new(err)))
     }
@@ -306,6 +332,14 @@ impl<B: Backend> CachingAllocator<B> {
         let mut st = self.state.lock();
         if self.owns(storage) {
             st.record_use(storage.block_ref(), stream, id, owner);
+            drop(st);
+            if self
+                .use_ledger_on
+                .load(std::sync::atomic::Ordering::Relaxed)
+                && let Some(l) = self.use_ledger.lock().as_mut()
+            {
+                l.declared(storage.allocation_id(), id);
+            }
         } else {
             st.counts.record_stream_calls += 1;
         }
@@ -396,6 +430,32 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Starts recording which streams each hand-out is declared to be used on (the last
+    /// `capacity` hand-outs), for [`crate::race::advise`]. Off by default: it costs a lock
+    /// per hand-out and per `record_stream`.
+    pub fn enable_use_ledger(&self, capacity: usize) {
+        *self.use_ledger.lock() = Some(UseLedger::new(capacity));
+        self.use_ledger_on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A copy of the use ledger, if [`CachingAllocator::enable_use_ledger`] was called.
+    pub fn use_ledger(&self) -> Option<UseLedger> {
+        self.use_ledger.lock().clone()
+    }
+
+    /// Registers an explainer, called at out-of-memory without the allocator lock, that
+    /// adds to the error's culprits what the caller knows (a process group names its
+    /// works' operations and reports the shelves of works never waited).
+    pub fn add_oom_explainer(&self, explain: Arc<OomExplainer>) -> CallbackId {
+        self.oom_explainers.add(explain)
+    }
+
+    /// Removes an explainer registered with [`CachingAllocator::add_oom_explainer`].
+    pub fn remove_oom_explainer(&self, id: CallbackId) {
+        self.oom_explainers.remove(id);
     }
 
     /// Where a viewer snapshot (pickle) is written at out-of-memory, before the error

@@ -35,6 +35,7 @@ mod events;
 mod fragmentation;
 mod index;
 mod oom;
+mod oom_culprits;
 mod reclaim;
 mod sizes;
 mod snapshot;
@@ -42,6 +43,7 @@ mod state;
 mod stats;
 mod storage;
 mod trace;
+mod use_ledger;
 mod uses;
 
 pub use block::UseOwner;
@@ -53,6 +55,7 @@ pub use config::{
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
 pub use oom::{AllocError, FormatSize, OomInfo, OutOfMemory};
+pub use oom_culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
@@ -61,4 +64,5 @@ pub use snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot};
 pub use stats::{AllocatorStats, Stat, StatArray};
 pub use storage::{Storage, WeakStorage};
 pub use trace::{TraceAction, TraceEntry, trace_clock_us};
+pub use use_ledger::UseLedger;
 pub use uses::EraseOutcome;

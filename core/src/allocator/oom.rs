@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use super::fragmentation::Fragmentation;
+use super::oom_culprits::{OomCulprits, fragmented_bytes, write_list};
 use crate::error::BackendError;
 
 /// What OOM observers receive (PyTorch's `(device, alloc_size, limit, device_free)` and
@@ -54,6 +55,9 @@ pub struct OutOfMemory {
     pub cached_free: u64,
     /// Fragmentation of the cached free blocks per pool at the failure.
     pub fragmentation: Fragmentation,
+    /// What holds the unusable bytes: pending-free blocks per work and stream, shelves of
+    /// works never waited (filled by the process groups' explainers).
+    pub culprits: OomCulprits,
     /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
     /// [`super::CachingAllocator::set_oom_snapshot_path`]), if one was written.
     pub snapshot: Option<PathBuf>,
@@ -119,6 +123,7 @@ impl fmt::Display for OutOfMemory {
                 self.fragmentation.large.ratio(),
             )?;
         }
+        self.write_culprits(f)?;
         if self.fragmented() {
             write!(
                 f,
@@ -145,6 +150,42 @@ impl fmt::Display for OutOfMemory {
 }
 
 impl OutOfMemory {
+    /// The "unusable memory" part of the message: pending, shelved, fragmented, outside.
+    fn write_culprits(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (small, large) = fragmented_bytes(&self.fragmentation);
+        if self.culprits.is_empty() && small + large == 0 {
+            return Ok(());
+        }
+        write!(f, " Unusable memory by cause:")?;
+        if !self.culprits.pending.is_empty() {
+            write_list(f, "pending", &self.culprits.pending)?;
+            write!(
+                f,
+                " (when the request missed the cache: freed, but reusable only once those streams pass the free, so the allocator had to synchronize them; wait() on the work earlier)."
+            )?;
+        }
+        if !self.culprits.shelved.is_empty() {
+            write_list(f, "held on shelves", &self.culprits.shelved)?;
+            write!(f, " (wait() on these works releases them).")?;
+        }
+        if small + large > 0 {
+            write!(
+                f,
+                " cached but fragmented: {} in the small pool, {} in the large pool (free bytes outside each pool's largest block).",
+                FormatSize(small),
+                FormatSize(large),
+            )?;
+        }
+        if self.device_total > 0 && self.outside_allocator() > 0 {
+            write!(
+                f,
+                " outside the allocator (communicator buffers, contexts): {}.",
+                FormatSize(self.outside_allocator()),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Device memory in use that the allocator does not own: total - free - reserved
     /// (0 when the device could not say).
     pub fn outside_allocator(&self) -> u64 {

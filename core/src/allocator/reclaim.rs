@@ -291,6 +291,7 @@ impl<B: Backend> State<B> {
             largest_free_block: self.index.largest_free_block(),
             cached_free: f.cached_free_bytes,
             fragmentation: self.index.fragmentation(),
+            culprits: self.pending_culprits(),
             snapshot: None,
             snapshot_error: None,
         };

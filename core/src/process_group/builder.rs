@@ -45,6 +45,7 @@ pub(crate) struct PgSettings {
     pub(crate) timeout: Duration,
     pub(crate) watchdog_interval: Option<Duration>,
     pub(crate) blocking_wait: bool,
+    pub(crate) unwaited_warning_after: Duration,
 }
 
 /// Builds a [`ProcessGroup`].
@@ -55,6 +56,7 @@ pub struct ProcessGroupBuilder<B: Backend> {
     pub(super) timeout: Duration,
     pub(super) watchdog_interval: Option<Duration>,
     pub(super) blocking_wait: bool,
+    pub(super) unwaited_warning_after: Duration,
 }
 
 impl<B: Backend> ProcessGroupBuilder<B> {
@@ -97,6 +99,15 @@ impl<B: Backend> ProcessGroupBuilder<B> {
         self
     }
 
+    /// How long after a work was seen complete, never waited, while it still holds memory
+    /// (its shelf, or work-owned stream uses on live tensors), the group warns about it,
+    /// once per work (`PgStats::never_waited_warnings`). Default: 10 seconds.
+    #[must_use]
+    pub fn unwaited_warning_after(mut self, after: Duration) -> Self {
+        self.unwaited_warning_after = after;
+        self
+    }
+
     /// Creates the group: its comm stream, its watchdog, and its free-memory callback.
     pub fn build(self) -> Result<ProcessGroup<B>, PgError> {
         let policy = match self.mode {
@@ -108,6 +119,7 @@ impl<B: Backend> ProcessGroupBuilder<B> {
             timeout: self.timeout,
             watchdog_interval: self.watchdog_interval,
             blocking_wait: self.blocking_wait,
+            unwaited_warning_after: self.unwaited_warning_after,
         };
         ProcessGroup::create(self.allocator, self.comm, settings)
     }

@@ -13,6 +13,7 @@ pub(crate) struct PgCounters {
     pub(crate) shelf_released_by_poll: AtomicU64,
     pub(crate) shelf_released_by_oom_callback: AtomicU64,
     pub(crate) p2p_record_stream_fallbacks: AtomicU64,
+    pub(crate) never_waited_warnings: AtomicU64,
 }
 
 /// A snapshot of a process group's counters.
@@ -33,6 +34,8 @@ pub struct PgStats {
     pub shelf_released_by_oom_callback: u64,
     /// Point-to-point works that fell back to `record_stream` in mode 2.
     pub p2p_record_stream_fallbacks: u64,
+    /// Works warned about once: complete, never waited, still holding memory.
+    pub never_waited_warnings: u64,
 }
 
 impl PgCounters {
@@ -46,6 +49,7 @@ impl PgCounters {
             shelf_released_by_poll: r(&self.shelf_released_by_poll),
             shelf_released_by_oom_callback: r(&self.shelf_released_by_oom_callback),
             p2p_record_stream_fallbacks: r(&self.p2p_record_stream_fallbacks),
+            never_waited_warnings: r(&self.never_waited_warnings),
         }
     }
 }

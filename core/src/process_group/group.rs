@@ -33,6 +33,7 @@ pub struct ProcessGroup<B: Backend> {
     shared: Arc<PgShared<B>>,
     watchdog: Option<Watchdog>,
     oom_callback: CallbackId,
+    oom_explainer: CallbackId,
 }
 
 /// One member of a batched point-to-point exchange: the whole tensor as `f32` elements
@@ -64,6 +65,7 @@ impl<B: Backend> ProcessGroup<B> {
             timeout: Duration::from_secs(600),
             watchdog_interval: Some(Duration::from_millis(2)),
             blocking_wait: false,
+            unwaited_warning_after: Duration::from_secs(10),
         }
     }
 
@@ -86,6 +88,7 @@ impl<B: Backend> ProcessGroup<B> {
             first_failure: Mutex::new(None),
             watchdog_signal: Arc::new((Mutex::new(false), parking_lot::Condvar::new())),
             spans: Mutex::new(std::collections::VecDeque::new()),
+            unwaited: Mutex::new(Vec::new()),
         });
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
         // Before the allocator declares OOM it asks us to release the shelves of works
@@ -95,6 +98,14 @@ impl<B: Backend> ProcessGroup<B> {
             weak.upgrade()
                 .is_some_and(|s| s.release_completed_for_oom())
         }));
+        let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
+        let oom_explainer = shared.allocator.add_oom_explainer(Arc::new(
+            move |culprits: &mut crate::allocator::OomCulprits| {
+                if let Some(s) = weak.upgrade() {
+                    s.explain_oom(culprits);
+                }
+            },
+        ));
         let watchdog = match shared.settings.watchdog_interval {
             Some(interval) => {
                 Some(
@@ -109,6 +120,7 @@ impl<B: Backend> ProcessGroup<B> {
             shared,
             watchdog,
             oom_callback,
+            oom_explainer,
         })
     }
 
@@ -534,6 +546,8 @@ impl<B: Backend> ProcessGroup<B> {
             tracked: Mutex::new(Vec::new()),
             completed: AtomicBool::new(false),
             error: Mutex::new(None),
+            seen_done_at: std::sync::OnceLock::new(),
+            warned_unwaited: AtomicBool::new(false),
         });
         let cx = sh.policy_context();
         sh.policy
@@ -572,6 +586,9 @@ impl<B: Backend> Drop for ProcessGroup<B> {
         self.shared
             .allocator
             .remove_free_memory_callback(self.oom_callback);
+        self.shared
+            .allocator
+            .remove_oom_explainer(self.oom_explainer);
         self.shared.shutdown();
     }
 }

@@ -45,6 +45,12 @@ impl<T> Shelf<T> {
         self.items.lock().is_empty()
     }
 
+    /// Runs `f` on the stashed items under the shelf's lock (to measure them; `f` must
+    /// not touch the shelf).
+    pub fn with_items<R>(&self, f: impl FnOnce(&[T]) -> R) -> R {
+        f(&self.items.lock())
+    }
+
     /// Number of stashed items.
     pub fn len(&self) -> usize {
         self.items.lock().len()

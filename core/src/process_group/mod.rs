@@ -11,9 +11,11 @@ mod error;
 mod group;
 pub mod handoff;
 mod mode;
+mod oom_explain;
 mod policy;
 mod shared;
 mod shelf;
+mod unwaited;
 mod watchdog;
 mod work;
 

@@ -42,6 +42,8 @@ pub(crate) struct PgShared<B: Backend> {
     pub(super) watchdog_signal: Arc<(Mutex<bool>, parking_lot::Condvar)>,
     /// The last [`WORK_SPAN_CAPACITY`] finished works, oldest first.
     pub(super) spans: Mutex<VecDeque<WorkSpan>>,
+    /// Completed works never waited that still hold memory (see `unwaited.rs`).
+    pub(super) unwaited: Mutex<Vec<Arc<WorkState<B>>>>,
 }
 
 impl<B: Backend> PgShared<B> {
@@ -196,6 +198,7 @@ impl<B: Backend> PgShared<B> {
                 if self.policy.on_completion(&w, &self.to_unstash) {
                     handed += 1;
                 }
+                self.note_unwaited(&w);
                 finished.push(w.id);
             }
         }
@@ -223,6 +226,7 @@ impl<B: Backend> PgShared<B> {
     /// watchdog never drops a storage itself.
     pub(crate) fn watchdog_scan(&self) {
         let handed = self.scan_inflight();
+        self.warn_unwaited();
         if handed > 0 {
             self.counters
                 .shelf_unstashed_by_watchdog
@@ -248,6 +252,7 @@ impl<B: Backend> PgShared<B> {
     pub(crate) fn release_completed(&self) {
         self.drain_handoff();
         let handed = self.scan_inflight();
+        self.warn_unwaited();
         if handed > 0 {
             self.counters
                 .shelf_released_by_poll

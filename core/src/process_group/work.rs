@@ -69,6 +69,10 @@ pub(crate) struct WorkState<B: Backend> {
     /// Set once the end event was observed complete (by anyone).
     pub(crate) completed: AtomicBool,
     pub(crate) error: Mutex<Option<PgError>>,
+    /// When a host thread first saw it complete.
+    pub(crate) seen_done_at: std::sync::OnceLock<Instant>,
+    /// Set once the never-waited warning was given.
+    pub(crate) warned_unwaited: AtomicBool,
 }
 
 impl<B: Backend> WorkState<B> {

@@ -12,6 +12,7 @@
 //! streams and the byte range.
 
 mod adaptor;
+mod advice;
 mod annotations;
 mod clock;
 mod device;
@@ -20,6 +21,7 @@ mod log;
 mod report;
 
 pub use adaptor::{CheckedEvent, RaceCheckedComm, RaceChecker, RaceWorld, wrap_endpoints};
+pub use advice::{RaceAdvice, UseLookup, advise};
 pub use clock::VClock;
 pub use device::{DeviceDetector, HOST_STREAM, OpInfo};
 pub use report::{AccessKind, RaceAccess, RaceKind, RaceReport};

@@ -1,0 +1,193 @@
+//! What makes reserved or device memory unusable at an out-of-memory: the culprits the
+//! [`super::OutOfMemory`] message names.
+//!
+//! Four kinds, from counters the allocator and the process groups already keep:
+//! - bytes **pending** behind a stream use (a work's collective on its comm stream, or the
+//!   user's own `record_stream`), freed by the program but not reusable until that stream
+//!   passes the free — a late `wait()` shows up here;
+//! - bytes **held on the shelves** of works never waited (mode 2), reported by the process
+//!   groups through [`super::CachingAllocator::add_oom_explainer`];
+//! - cached bytes free but **fragmented**, per pool (free bytes outside the largest block);
+//! - device memory **outside the allocator** (communicator buffers, contexts), which
+//!   [`super::OutOfMemory::outside_allocator`] already computes.
+
+use std::fmt;
+
+use super::block::UseOwner;
+use super::fragmentation::Fragmentation;
+use super::oom::FormatSize;
+use super::state::State;
+use crate::backend::Backend;
+use crate::ids::{StreamId, WorkId};
+
+/// Freed bytes that wait for one stream use before they can be reused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingHold {
+    /// Who recorded the use: a process-group work, or the user's `record_stream`.
+    pub owner: UseOwner,
+    /// The stream the freed blocks wait for.
+    pub stream: StreamId,
+    /// The operation of the owning work (`all_reduce`, ...), when a process group knows it.
+    pub op: Option<&'static str>,
+    /// Bytes of the pending-free blocks.
+    pub bytes: u64,
+    /// Number of pending-free blocks.
+    pub blocks: u64,
+}
+
+/// Storages a work keeps alive on its shelf because it was never waited.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShelfHold {
+    /// The work.
+    pub work: WorkId,
+    /// Its operation (`all_reduce`, ...).
+    pub op: &'static str,
+    /// Bytes of the stashed storages.
+    pub bytes: u64,
+    /// Number of stashed storages.
+    pub storages: u64,
+}
+
+/// The culprits of one out-of-memory; [`OomCulprits::is_empty`] when none was found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OomCulprits {
+    /// Pending-free bytes per (owner, stream), largest first.
+    pub pending: Vec<PendingHold>,
+    /// Shelves of works never waited, largest first.
+    pub shelved: Vec<ShelfHold>,
+}
+
+/// Called at out-of-memory (without the allocator lock) to add what the caller knows:
+/// op names of pending works, shelves of works never waited.
+pub type OomExplainer = dyn Fn(&mut OomCulprits) + Send + Sync;
+
+impl OomCulprits {
+    /// True when no pending or shelved bytes were found.
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty() && self.shelved.is_empty()
+    }
+
+    /// Orders both lists largest first (after explainers added to them).
+    pub fn sort(&mut self) {
+        self.pending
+            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.stream.0.cmp(&b.stream.0)));
+        self.shelved
+            .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.work.0.cmp(&b.work.0)));
+    }
+
+    /// Adds pending entries seen earlier in the malloc chain that are not listed yet.
+    pub(crate) fn merge_pending(&mut self, earlier: OomCulprits) {
+        for p in earlier.pending {
+            if !self
+                .pending
+                .iter()
+                .any(|q| q.owner == p.owner && q.stream == p.stream)
+            {
+                self.pending.push(p);
+            }
+        }
+    }
+
+    /// Names the operation of `work` in the pending entries it owns.
+    pub fn name_work(&mut self, work: WorkId, op: &'static str) {
+        for p in &mut self.pending {
+            if p.owner == UseOwner::Work(work) {
+                p.op = Some(op);
+            }
+        }
+    }
+}
+
+/// How many entries of each list the message spells out.
+const SHOWN: usize = 4;
+
+/// Free cached bytes a pool cannot hand out as one block: all but its largest block.
+pub(crate) fn fragmented_bytes(f: &Fragmentation) -> (u64, u64) {
+    let crumbs = |p: &super::fragmentation::PoolFragmentation| p.total_free - p.largest_free;
+    (crumbs(&f.small), crumbs(&f.large))
+}
+
+impl fmt::Display for PendingHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} blocks) pending behind ",
+            FormatSize(self.bytes),
+            self.blocks
+        )?;
+        match (self.owner, self.op) {
+            (UseOwner::Work(w), Some(op)) => write!(f, "{w} ({op}) on {}", self.stream),
+            (UseOwner::Work(w), None) => write!(f, "{w} on {}", self.stream),
+            (UseOwner::User, _) => write!(f, "record_stream uses of {}", self.stream),
+        }
+    }
+}
+
+impl fmt::Display for ShelfHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({} storages) on the shelf of {} ({}), never waited",
+            FormatSize(self.bytes),
+            self.storages,
+            self.work,
+            self.op
+        )
+    }
+}
+
+/// Writes ` label: a; b; c (and N more)` (no final stop) for the first entries of `items`.
+pub(crate) fn write_list<T: fmt::Display>(
+    f: &mut fmt::Formatter<'_>,
+    label: &str,
+    items: &[T],
+) -> fmt::Result {
+    write!(f, " {label}: ")?;
+    for (i, item) in items.iter().take(SHOWN).enumerate() {
+        if i > 0 {
+            write!(f, "; ")?;
+        }
+        write!(f, "{item}")?;
+    }
+    if items.len() > SHOWN {
+        write!(f, " (and {} more)", items.len() - SHOWN)?;
+    }
+    Ok(())
+}
+
+impl<B: Backend> State<B> {
+    /// The pending-free blocks grouped by the owner and stream of each use they wait for.
+    pub(crate) fn pending_culprits(&self) -> OomCulprits {
+        let mut pending: Vec<PendingHold> = Vec::new();
+        for &slot in &self.pending {
+            let size = self.index.block(slot).size;
+            let Some(d) = self.dev(slot) else { continue };
+            for u in &d.uses {
+                // Only uses whose stream still has an outstanding event hold the block.
+                if !d.events.iter().any(|(s, _)| *s == u.id) {
+                    continue;
+                }
+                match pending
+                    .iter_mut()
+                    .find(|p| p.owner == u.owner && p.stream == u.id)
+                {
+                    Some(p) => {
+                        p.bytes += size;
+                        p.blocks += 1;
+                    }
+                    None => pending.push(PendingHold {
+                        owner: u.owner,
+                        stream: u.id,
+                        op: None,
+                        bytes: size,
+                        blocks: 1,
+                    }),
+                }
+            }
+        }
+        OomCulprits {
+            pending,
+            shelved: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! The never-waited warning: a work seen complete that nobody waited, still holding memory
+//! (its shelf in mode 2, or work-owned stream uses on live tensors in modes 1 and 3, which
+//! make their frees wait for the comm stream), is reported once, after the group's
+//! `unwaited_warning_after`.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::shared::PgShared;
+use super::work::WorkState;
+use crate::allocator::Storage;
+use crate::backend::Backend;
+
+impl<B: Backend> PgShared<B> {
+    /// Bytes the work still holds without having been waited: its shelf, and the live
+    /// tensors carrying its stream uses.
+    fn unwaited_bytes(w: &WorkState<B>) -> u64 {
+        if w.shelf.is_waited() {
+            return 0;
+        }
+        let shelf: u64 = w
+            .shelf
+            .with_items(|items| items.iter().map(Storage::size).sum());
+        let tracked: u64 = w
+            .tracked
+            .lock()
+            .iter()
+            .filter_map(|t| t.weak.upgrade())
+            .map(|s| s.size())
+            .sum();
+        shelf + tracked
+    }
+
+    /// A work just seen complete: remembered if it was never waited and still holds memory.
+    pub(super) fn note_unwaited(&self, w: &Arc<WorkState<B>>) {
+        let _ = w.seen_done_at.set(Instant::now());
+        if !w.warned_unwaited.load(Ordering::Relaxed) && Self::unwaited_bytes(w) > 0 {
+            self.unwaited.lock().push(Arc::clone(w));
+        }
+    }
+
+    /// Warns, once per work, about remembered works past the warning delay that are still
+    /// unwaited and holding memory; forgets works waited or released since.
+    pub(super) fn warn_unwaited(&self) {
+        let works: Vec<Arc<WorkState<B>>> = self.unwaited.lock().clone();
+        if works.is_empty() {
+            return;
+        }
+        let after = self.settings.unwaited_warning_after;
+        let mut done = Vec::new();
+        for w in works {
+            let bytes = Self::unwaited_bytes(&w);
+            if bytes == 0 {
+                done.push(w.id);
+                continue;
+            }
+            if w.seen_done_at.get().is_some_and(|t| t.elapsed() >= after)
+                && !w.warned_unwaited.swap(true, Ordering::AcqRel)
+            {
+                self.counters
+                    .never_waited_warnings
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    work = %w.id,
+                    op = w.op,
+                    bytes,
+                    "memreuse process group: {} ({}) completed but was never waited and still holds {}; call wait() on it (or drop the tensors it used)",
+                    w.id,
+                    w.op,
+                    crate::allocator::FormatSize(bytes),
+                );
+                done.push(w.id);
+            }
+        }
+        if !done.is_empty() {
+            self.unwaited.lock().retain(|w| !done.contains(&w.id));
+        }
+    }
+}
