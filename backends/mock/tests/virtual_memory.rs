@@ -4,6 +4,7 @@
 
 mod common;
 
+use memreuse_core::race::RaceChecker;
 use memreuse_core::testing::contract::{ContractOptions, check_backend};
 use memreuse_core::{Backend, RaceKind};
 use memreuse_mock::{MockConfig, MockDevice};
@@ -85,4 +86,32 @@ fn unmapping_a_page_with_unfinished_work_is_a_reuse_race() {
             );
         }
     }
+}
+
+/// The race-checking adaptor over the detector-less mock forwards the vm_* calls and sees
+/// the same stale-page unmap as the mock's own detector.
+#[test]
+fn the_race_adaptor_sees_through_remapping_too() {
+    let dev = MockDevice::new(MockConfig {
+        race_detection: false,
+        ..MockConfig::with_capacity(4 * G)
+    })
+    .expect("device");
+    let dev = RaceChecker::standalone(dev);
+    assert!(dev.capabilities().virtual_memory);
+    let base = dev.vm_reserve(2 * G).unwrap();
+    let h = dev.vm_create_physical(G).unwrap();
+    dev.vm_map(base, h).unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.delay(1_000, &s).unwrap();
+    dev.memset_zero(base, 64, &s).unwrap();
+    dev.vm_unmap(base, G).unwrap();
+    dev.synchronize_device().unwrap();
+    let races = dev.race_reports().unwrap();
+    assert!(
+        races.iter().any(|r| r.kind == RaceKind::Reuse),
+        "expected a reuse race: {races:?}"
+    );
+    dev.vm_release_physical(h).unwrap();
+    dev.vm_release(base).unwrap();
 }
