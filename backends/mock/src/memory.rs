@@ -128,17 +128,7 @@ impl Memory {
 
     /// A new raw allocation of `bytes` bytes; returns its address.
     pub(crate) fn malloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
-        self.malloc_calls += 1;
-        if let Some(f) = self.fault
-            && f.nth == self.malloc_calls
-        {
-            self.fault = None;
-            let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
-            return Err(match f.kind {
-                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
-                FaultKind::Injected => injected(what),
-            });
-        }
+        self.planned_fault(bytes)?;
         if bytes == 0 {
             return Err(invalid("malloc", "zero-byte allocation"));
         }
@@ -179,6 +169,23 @@ impl Memory {
             },
         );
         Ok(addr)
+    }
+
+    /// Counts one device allocation (`malloc` or `vm_create_physical`) and fails it when
+    /// it is the one the planned fault names.
+    fn planned_fault(&mut self, bytes: u64) -> Result<(), BackendError> {
+        self.malloc_calls += 1;
+        if let Some(f) = self.fault
+            && f.nth == self.malloc_calls
+        {
+            self.fault = None;
+            let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
+            return Err(match f.kind {
+                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
+                FaultKind::Injected => injected(what),
+            });
+        }
+        Ok(())
     }
 
     /// The live allocation starting exactly at `ptr`, for `free` to check first.

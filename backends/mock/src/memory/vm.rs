@@ -77,6 +77,9 @@ impl Memory {
     /// Creates a physical handle of `bytes`, counted against the capacity.
     pub(crate) fn vm_create_physical(&mut self, bytes: u64) -> Result<u64, BackendError> {
         aligned("vm_create_physical", "size", bytes)?;
+        // Physical memory is device memory: the planned malloc fault counts it too, so
+        // the allocator's OOM chain can be tested with expandable segments.
+        self.planned_fault(bytes)?;
         let free = self.capacity.saturating_sub(self.used);
         if bytes > free {
             return Err(out_of_memory(
@@ -241,6 +244,21 @@ mod tests {
         m.vm_release_physical(a).unwrap();
         m.vm_release(base).unwrap();
         assert_eq!(m.info(), (2 * G, 2 * G));
+    }
+
+    #[test]
+    fn the_planned_malloc_fault_counts_physical_handles() {
+        use crate::config::{FaultKind, MallocFault};
+        let fault = MallocFault {
+            nth: 2,
+            kind: FaultKind::OutOfMemory,
+        };
+        let mut m = Memory::new(1, 8 * G, false, Some(fault));
+        m.malloc(100).unwrap();
+        let err = m.vm_create_physical(G).unwrap_err();
+        assert!(err.is_out_of_memory(), "{err}");
+        assert_eq!(m.info().0, 8 * G - 100, "the failed handle holds nothing");
+        m.vm_create_physical(G).unwrap();
     }
 
     #[test]
