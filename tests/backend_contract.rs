@@ -94,6 +94,8 @@ impl Backend for Flawed {
     }
     fn capabilities(&self) -> memreuse_core::Capabilities {
         let mut c = self.inner.capabilities();
+        // The wrapper forwards no vm_* call, so it must not claim the mock's.
+        c.virtual_memory = false;
         if self.flaw == Flaw::OverstatesAlignment {
             c.allocation_alignment = 4096;
         }

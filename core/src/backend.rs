@@ -29,14 +29,14 @@ use std::hash::Hash;
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
 use crate::race::RaceReport;
+use crate::virtual_memory::{PhysicalHandle, unsupported};
 
 /// What a backend can honour. Declared by [`Backend::capabilities`], read and reported by
 /// the conformance runner: an option a backend cannot honour (`--deterministic`,
 /// `--device-memory`) is recorded as ignored instead of silently dropped, and a schedule
 /// whose point depends on one (the capacity of `oom-pressure`) is skipped with the reason.
 ///
-/// `non_exhaustive`: later capabilities (virtual memory for expandable segments) are added
-/// here. Outside this crate, start from [`Capabilities::default`] and set fields.
+/// `non_exhaustive`: later capabilities are added here. Outside this crate, start from [`Capabilities::default`] and set fields.
 // Independent yes/no facts, not a state machine: bools read best.
 #[allow(clippy::struct_excessive_bools)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +52,9 @@ pub struct Capabilities {
     pub exact_delays: bool,
     /// Every address `malloc` returns is a multiple of this (a power of two).
     pub allocation_alignment: u64,
+    /// Implements the `vm_*` methods (reserve, map, unmap: see
+    /// [`crate::virtual_memory`]), which `expandable_segments:True` needs.
+    pub virtual_memory: bool,
 }
 
 impl Default for Capabilities {
@@ -63,6 +66,7 @@ impl Default for Capabilities {
             memory_capacity: false,
             exact_delays: false,
             allocation_alignment: 256,
+            virtual_memory: false,
         }
     }
 }
@@ -213,5 +217,52 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Races found so far, for backends with a race detector; `None` for backends without.
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
         None
+    }
+
+    /// The size every `vm_*` size and address is a multiple of (a power of two). Optional,
+    /// with the rest of [`crate::virtual_memory`]: the default is
+    /// [`BackendError::Unsupported`].
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        Err(unsupported(self.name(), "vm_granularity"))
+    }
+
+    /// Reserves `bytes` of device addresses (no memory behind them). Optional.
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        let _ = bytes;
+        Err(unsupported(self.name(), "vm_reserve"))
+    }
+
+    /// Releases a range from [`Backend::vm_reserve`]; none of its pages may be mapped.
+    /// Optional.
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        let _ = base;
+        Err(unsupported(self.name(), "vm_release"))
+    }
+
+    /// Creates `bytes` of physical memory (counted against the device's capacity: fails
+    /// with [`BackendError::OutOfMemory`] when it cannot). Optional.
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        let _ = bytes;
+        Err(unsupported(self.name(), "vm_create_physical"))
+    }
+
+    /// Returns an unmapped physical handle's memory to the device. Optional.
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        let _ = handle;
+        Err(unsupported(self.name(), "vm_release_physical"))
+    }
+
+    /// Maps the whole of `handle` at `at` (inside a reserved range, over unmapped pages)
+    /// with read/write access for this device. Optional.
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        let _ = (at, handle);
+        Err(unsupported(self.name(), "vm_map"))
+    }
+
+    /// Unmaps the `bytes` mapped at `at` by one earlier [`Backend::vm_map`]. The caller
+    /// guarantees no enqueued work still uses them. Optional.
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        let _ = (at, bytes);
+        Err(unsupported(self.name(), "vm_unmap"))
     }
 }

@@ -14,6 +14,7 @@ use crate::backend::{Backend, Capabilities};
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
 use crate::race::RaceReport;
+use crate::virtual_memory::PhysicalHandle;
 
 /// A type-erased stream handle. Equality and hashing use the stream's id.
 #[derive(Clone)]
@@ -109,6 +110,13 @@ pub trait DynBackend: Send + Sync + 'static {
     fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: AllocationId);
     fn set_op_label(&self, label: &str);
     fn race_reports(&self) -> Option<Vec<RaceReport>>;
+    fn vm_granularity(&self) -> Result<u64, BackendError>;
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError>;
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError>;
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError>;
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError>;
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError>;
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError>;
     /// The concrete backend, for backend-specific extras (fault injection on the mock).
     fn as_any(&self) -> &dyn Any;
 }
@@ -256,6 +264,27 @@ impl<B: Backend> DynBackend for B {
     }
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
         Backend::race_reports(self)
+    }
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        Backend::vm_granularity(self)
+    }
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        Backend::vm_reserve(self, bytes)
+    }
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        Backend::vm_release(self, base)
+    }
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        Backend::vm_create_physical(self, bytes)
+    }
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        Backend::vm_release_physical(self, handle)
+    }
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        Backend::vm_map(self, at, handle)
+    }
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        Backend::vm_unmap(self, at, bytes)
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -412,5 +441,26 @@ impl Backend for AnyBackend {
     }
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
         self.0.race_reports()
+    }
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        self.0.vm_granularity()
+    }
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        self.0.vm_reserve(bytes)
+    }
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        self.0.vm_release(base)
+    }
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        self.0.vm_create_physical(bytes)
+    }
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.0.vm_release_physical(handle)
+    }
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.0.vm_map(at, handle)
+    }
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.0.vm_unmap(at, bytes)
     }
 }

@@ -70,6 +70,17 @@ pub enum BackendError {
         /// The vendor's explanation (status name and code where there is one).
         reason: String,
     },
+    /// The backend does not offer this operation (an optional interface it does not
+    /// declare in [`crate::Capabilities`], such as virtual memory).
+    #[error("{backend}: {call} is not supported: {reason}")]
+    Unsupported {
+        /// Backend name.
+        backend: String,
+        /// The operation asked for.
+        call: &'static str,
+        /// Which capability is missing.
+        reason: String,
+    },
     /// A fault planted by fault injection (tests and conformance only).
     #[error("{backend}: injected fault: {what}")]
     Injected {

@@ -147,6 +147,7 @@ mod registry;
 pub mod store;
 mod sync;
 pub mod testing;
+pub mod virtual_memory;
 mod world;
 
 pub use allocator::{
@@ -166,6 +167,7 @@ pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use registry::{
     BackendOptions, BackendRegistration, OpenError, find_backend, open_backend, registered_backends,
 };
+pub use virtual_memory::PhysicalHandle;
 
 pub use world::{RankEndpoint, WorldOptions, WorldRegistration, find_world};
 

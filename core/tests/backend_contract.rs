@@ -25,6 +25,7 @@ fn the_manual_backend_keeps_the_contract_it_can() {
         "event_query_and_sync",
         "out_of_memory_is_typed",
         "unknown_address_refused",
+        "virtual_memory",
         "caching_allocator_runs",
     ] {
         assert!(report.passed.contains(&check), "{check} ran: {report:?}");
@@ -56,4 +57,42 @@ fn a_device_that_never_runs_out_of_memory_is_reported_not_panicked() {
     assert!(msg.contains("out_of_memory_is_typed"), "{msg}");
     // Nothing leaked on the device after the failed check.
     assert_eq!(backend.raw_bytes_in_use(), 0);
+}
+
+#[test]
+fn a_backend_without_virtual_memory_refuses_every_vm_call_naming_itself() {
+    use memreuse_core::{AnyBackend, Backend, BackendError, DevicePtr, PhysicalHandle};
+    let manual = ManualBackend::new(1 << 30);
+    assert!(!manual.capabilities().virtual_memory);
+    // Through the type-erased handle too: the conformance runner opens backends by name.
+    let b = AnyBackend::new(manual);
+    let results = [
+        ("vm_granularity", b.vm_granularity().map(|_| ())),
+        ("vm_reserve", b.vm_reserve(1 << 21).map(|_| ())),
+        ("vm_release", b.vm_release(DevicePtr(1 << 21))),
+        (
+            "vm_create_physical",
+            b.vm_create_physical(1 << 21).map(|_| ()),
+        ),
+        (
+            "vm_release_physical",
+            b.vm_release_physical(PhysicalHandle(1)),
+        ),
+        ("vm_map", b.vm_map(DevicePtr(1 << 21), PhysicalHandle(1))),
+        ("vm_unmap", b.vm_unmap(DevicePtr(1 << 21), 1 << 21)),
+    ];
+    for (name, r) in results {
+        match r {
+            Err(BackendError::Unsupported {
+                backend,
+                call,
+                reason,
+            }) => {
+                assert_eq!(call, name);
+                assert_eq!(backend, b.name());
+                assert!(reason.contains("virtual_memory"), "{reason}");
+            }
+            other => panic!("{name}: {other:?}, expected Unsupported"),
+        }
+    }
 }

@@ -105,7 +105,7 @@ pub struct OpDelays {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MallocFault {
     /// 1-based: the `nth` raw `malloc` of the device fails (counting every call, failed
-    /// ones included).
+    /// ones included; `vm_create_physical` counts as a `malloc`).
     pub nth: u64,
     /// The error it fails with.
     pub kind: FaultKind,

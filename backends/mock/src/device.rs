@@ -6,11 +6,12 @@ use std::time::Duration;
 use memreuse_core::race::{OpInfo, VClock};
 use memreuse_core::{
     AccessKind, AllocationId, Backend, BackendError, Capabilities, DevicePtr, MemoryInfo,
-    RaceReport, StreamId,
+    PhysicalHandle, RaceReport, StreamId,
 };
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::config::MockConfig;
+use crate::device_vm;
 use crate::error::{BACKEND_NAME, invalid};
 use crate::executor::{advance, wait_until};
 use crate::memory::Span;
@@ -124,7 +125,7 @@ impl MockDevice {
         MockDevice { owner, slot, index }
     }
 
-    fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Core {
         &self.owner.core
     }
 
@@ -272,7 +273,36 @@ impl Backend for MockDevice {
         c.memory_capacity = true;
         c.exact_delays = true;
         c.allocation_alignment = crate::memory::ALLOCATION_ALIGNMENT;
+        c.virtual_memory = true;
         c
+    }
+
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        Ok(crate::memory::VM_GRANULARITY)
+    }
+
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        device_vm::with_memory(self, |m| m.vm_reserve(bytes)).map(DevicePtr)
+    }
+
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        device_vm::with_memory(self, |m| m.vm_release(base.addr()))
+    }
+
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        device_vm::with_memory(self, |m| m.vm_create_physical(bytes)).map(PhysicalHandle)
+    }
+
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        device_vm::with_memory(self, |m| m.vm_release_physical(handle.0))
+    }
+
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        device_vm::map(self, at, handle)
+    }
+
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        device_vm::unmap(self, at, bytes)
     }
 
     fn async_error(&self) -> Option<BackendError> {

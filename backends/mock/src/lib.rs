@@ -49,6 +49,7 @@ mod comm;
 mod config;
 mod custom;
 mod device;
+mod device_vm;
 mod diagnostics;
 mod error;
 mod executor;

@@ -14,6 +14,10 @@ use parking_lot::Mutex;
 use crate::config::{FaultKind, MallocFault};
 use crate::error::{injected, invalid, out_of_memory};
 
+mod vm;
+
+pub(crate) use vm::VM_GRANULARITY;
+
 /// Alignment of every raw allocation (CUDA guarantees 256; 512 is stricter).
 pub const ALLOCATION_ALIGNMENT: u64 = 512;
 /// Unmapped bytes after every allocation, so overruns hit no other allocation.
@@ -35,6 +39,8 @@ pub(crate) struct RawAlloc {
     pub len: u64,
     /// Host memory when the device is backed.
     pub data: Option<Buffer>,
+    /// The physical handle when this is a `vm_map` mapping rather than a `malloc`.
+    pub mapped: Option<u64>,
 }
 
 /// A validated byte range of one raw allocation.
@@ -68,6 +74,11 @@ pub(crate) struct Memory {
     malloc_calls: u64,
     fault: Option<MallocFault>,
     allocs: BTreeMap<u64, RawAlloc>,
+    /// Reserved virtual ranges: base -> length (no memory behind them).
+    reserved: BTreeMap<u64, u64>,
+    /// Live physical handles: id -> handle (their bytes count in `used`).
+    physical: BTreeMap<u64, vm::Physical>,
+    next_handle: u64,
 }
 
 impl Memory {
@@ -96,6 +107,9 @@ impl Memory {
             malloc_calls: 0,
             fault,
             allocs: BTreeMap::new(),
+            reserved: BTreeMap::new(),
+            physical: BTreeMap::new(),
+            next_handle: 1,
         }
     }
 
@@ -114,17 +128,7 @@ impl Memory {
 
     /// A new raw allocation of `bytes` bytes; returns its address.
     pub(crate) fn malloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
-        self.malloc_calls += 1;
-        if let Some(f) = self.fault
-            && f.nth == self.malloc_calls
-        {
-            self.fault = None;
-            let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
-            return Err(match f.kind {
-                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
-                FaultKind::Injected => injected(what),
-            });
-        }
+        self.planned_fault(bytes)?;
         if bytes == 0 {
             return Err(invalid("malloc", "zero-byte allocation"));
         }
@@ -156,18 +160,47 @@ impl Memory {
         let addr = self.next_addr;
         self.next_addr += span;
         self.used += bytes;
-        self.allocs.insert(addr, RawAlloc { len: bytes, data });
+        self.allocs.insert(
+            addr,
+            RawAlloc {
+                len: bytes,
+                data,
+                mapped: None,
+            },
+        );
         Ok(addr)
+    }
+
+    /// Counts one device allocation (`malloc` or `vm_create_physical`) and fails it when
+    /// it is the one the planned fault names.
+    fn planned_fault(&mut self, bytes: u64) -> Result<(), BackendError> {
+        self.malloc_calls += 1;
+        if let Some(f) = self.fault
+            && f.nth == self.malloc_calls
+        {
+            self.fault = None;
+            let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
+            return Err(match f.kind {
+                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
+                FaultKind::Injected => injected(what),
+            });
+        }
+        Ok(())
     }
 
     /// The live allocation starting exactly at `ptr`, for `free` to check first.
     pub(crate) fn exact(&self, ptr: u64) -> Result<&RawAlloc, BackendError> {
-        self.allocs.get(&ptr).ok_or_else(|| {
-            invalid(
+        match self.allocs.get(&ptr) {
+            Some(a) if a.mapped.is_some() => Err(invalid(
+                "free",
+                format!("{ptr:#x} is a vm_map mapping: vm_unmap it instead"),
+            )),
+            Some(a) => Ok(a),
+            None => Err(invalid(
                 "free",
                 format!("{ptr:#x} is not the start of a live raw allocation"),
-            )
-        })
+            )),
+        }
     }
 
     /// Removes the allocation starting at `ptr`.

@@ -171,6 +171,9 @@ pub fn check_backend<B: Backend>(backend: &Arc<B>, options: &ContractOptions) ->
         (!options.checks_addresses).then_some("checks_addresses = false"),
         &|| unknown_address_refused(b),
     );
+    run("virtual_memory", None, &|| {
+        super::contract_vm::virtual_memory(b)
+    });
     run("caching_allocator_runs", None, &|| {
         caching_allocator_runs(backend, options.moves_data)
     });

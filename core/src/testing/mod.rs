@@ -16,6 +16,7 @@
 
 pub mod comm_contract;
 pub mod contract;
+mod contract_vm;
 mod manual;
 mod require_device;
 mod rng;

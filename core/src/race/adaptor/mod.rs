@@ -24,6 +24,7 @@ mod comm;
 mod endpoints;
 mod state;
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -37,6 +38,7 @@ use crate::backend::{Backend, Capabilities};
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
 use crate::race::{AccessKind, RaceReport, VClock};
+use crate::virtual_memory::PhysicalHandle;
 
 /// An event of a [`RaceChecker`]: the wrapped backend's event and the clock of the stream
 /// at its last recording.
@@ -66,6 +68,9 @@ struct Shared<B> {
     inner: B,
     world: Arc<RaceWorld>,
     device: usize,
+    /// Size of each live physical handle, so a `vm_map` is tracked like a `malloc` of
+    /// that many bytes (and its `vm_unmap` like a `free`): remapped pages are reuses.
+    physical: Mutex<HashMap<PhysicalHandle, u64>>,
 }
 
 /// A [`Backend`] that forwards every call to `B` and checks the calls' happens-before
@@ -106,6 +111,7 @@ impl<B: Backend> RaceChecker<B> {
                 inner,
                 world: Arc::clone(world),
                 device,
+                physical: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -391,5 +397,52 @@ impl<B: Backend> Backend for RaceChecker<B> {
                 .reports()
                 .to_vec(),
         )
+    }
+
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        self.shared.inner.vm_granularity()
+    }
+
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        self.shared.inner.vm_reserve(bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        self.shared.inner.vm_release(base)
+    }
+
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        let handle = self.shared.inner.vm_create_physical(bytes)?;
+        self.shared.physical.lock().insert(handle, bytes);
+        Ok(handle)
+    }
+
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.shared.inner.vm_release_physical(handle)?;
+        self.shared.physical.lock().remove(&handle);
+        Ok(())
+    }
+
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.shared.inner.vm_map(at, handle)?;
+        let bytes = self
+            .shared
+            .physical
+            .lock()
+            .get(&handle)
+            .copied()
+            .unwrap_or(0);
+        self.shared.world.state.lock().devices[self.shared.device]
+            .detector
+            .track_allocation(at.addr(), bytes);
+        Ok(())
+    }
+
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.shared.inner.vm_unmap(at, bytes)?;
+        let mut s = self.shared.world.state.lock();
+        let dev = &mut s.devices[self.shared.device];
+        dev.detector.free(at.addr(), &dev.host);
+        Ok(())
     }
 }

@@ -1,0 +1,275 @@
+//! The mock's virtual memory: reserved address ranges (no memory behind them), physical
+//! handles (what the capacity limits) and mappings of whole handles into reserved ranges.
+//!
+//! A mapping is a raw allocation of the handle's length at the mapped address, sharing
+//! the handle's host bytes, so every access check of [`super::Memory::span`] applies:
+//! an unmapped address is refused. One access may not span two mappings (each is its own
+//! allocation, as `span` requires); the mock refuses such a range.
+
+use std::sync::Arc;
+
+use memreuse_core::BackendError;
+use parking_lot::Mutex;
+
+use super::{Buffer, FILL_BYTE, Memory, RawAlloc};
+use crate::error::{invalid, out_of_memory};
+
+/// The mock's mapping granularity (CUDA's usual 2 MiB).
+pub(crate) const VM_GRANULARITY: u64 = 2 << 20;
+
+/// One physical handle.
+pub(crate) struct Physical {
+    len: u64,
+    data: Option<Buffer>,
+    /// Where it is mapped, if it is.
+    mapped_at: Option<u64>,
+}
+
+fn aligned(call: &'static str, what: &str, value: u64) -> Result<(), BackendError> {
+    if value == 0 || value % VM_GRANULARITY != 0 {
+        return Err(invalid(
+            call,
+            format!(
+                "{what} {value:#x} is not a non-zero multiple of the granularity {VM_GRANULARITY}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Memory {
+    /// Reserves `bytes` of addresses, aligned to the granularity, followed by one
+    /// unmapped granule so that no range abuts another.
+    pub(crate) fn vm_reserve(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        aligned("vm_reserve", "size", bytes)?;
+        let base = self
+            .next_addr
+            .checked_next_multiple_of(VM_GRANULARITY)
+            .filter(|b| {
+                b.checked_add(bytes)
+                    .and_then(|e| e.checked_add(VM_GRANULARITY))
+                    .is_some_and(|e| e <= self.end_addr)
+            })
+            .ok_or_else(|| out_of_memory(bytes, "fake address space exhausted"))?;
+        self.next_addr = base + bytes + VM_GRANULARITY;
+        self.reserved.insert(base, bytes);
+        Ok(base)
+    }
+
+    /// Releases a reserved range none of whose pages is mapped.
+    pub(crate) fn vm_release(&mut self, base: u64) -> Result<(), BackendError> {
+        let Some(&len) = self.reserved.get(&base) else {
+            return Err(invalid(
+                "vm_release",
+                format!("{base:#x} is not the base of a reserved range"),
+            ));
+        };
+        if let Some((&at, _)) = self.allocs.range(base..base + len).next() {
+            return Err(invalid(
+                "vm_release",
+                format!("range {base:#x} still has a mapping at {at:#x}: vm_unmap it first"),
+            ));
+        }
+        self.reserved.remove(&base);
+        Ok(())
+    }
+
+    /// Creates a physical handle of `bytes`, counted against the capacity.
+    pub(crate) fn vm_create_physical(&mut self, bytes: u64) -> Result<u64, BackendError> {
+        aligned("vm_create_physical", "size", bytes)?;
+        // Physical memory is device memory: the planned malloc fault counts it too, so
+        // the allocator's OOM chain can be tested with expandable segments.
+        self.planned_fault(bytes)?;
+        let free = self.capacity.saturating_sub(self.used);
+        if bytes > free {
+            return Err(out_of_memory(
+                bytes,
+                format!("{free} bytes free of {} total", self.capacity),
+            ));
+        }
+        let data = if self.backing {
+            let len = usize::try_from(bytes)
+                .map_err(|_| out_of_memory(bytes, "larger than host address space"))?;
+            let mut v = Vec::new();
+            v.try_reserve_exact(len)
+                .map_err(|e| out_of_memory(bytes, format!("host memory: {e}")))?;
+            v.resize(len, FILL_BYTE);
+            Some(Arc::new(Mutex::new(v)))
+        } else {
+            None
+        };
+        let id = self.next_handle;
+        self.next_handle += 1;
+        self.used += bytes;
+        self.physical.insert(
+            id,
+            Physical {
+                len: bytes,
+                data,
+                mapped_at: None,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Releases an unmapped physical handle.
+    pub(crate) fn vm_release_physical(&mut self, id: u64) -> Result<(), BackendError> {
+        match self.physical.get(&id) {
+            None => Err(invalid(
+                "vm_release_physical",
+                format!("phys#{id} is not a live physical handle"),
+            )),
+            Some(p) if p.mapped_at.is_some() => Err(invalid(
+                "vm_release_physical",
+                format!("phys#{id} is still mapped: vm_unmap it first"),
+            )),
+            Some(p) => {
+                self.used -= p.len;
+                self.physical.remove(&id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Maps the whole of handle `id` at `at`, inside a reserved range, over unmapped pages.
+    /// Returns the mapping's length.
+    pub(crate) fn vm_map(&mut self, at: u64, id: u64) -> Result<u64, BackendError> {
+        aligned("vm_map", "address", at)?;
+        let Some(p) = self.physical.get(&id) else {
+            return Err(invalid(
+                "vm_map",
+                format!("phys#{id} is not a live physical handle"),
+            ));
+        };
+        if let Some(other) = p.mapped_at {
+            return Err(invalid(
+                "vm_map",
+                format!("phys#{id} is already mapped at {other:#x}"),
+            ));
+        }
+        let len = p.len;
+        let end = at.saturating_add(len);
+        let inside = self
+            .reserved
+            .range(..=at)
+            .next_back()
+            .is_some_and(|(&b, &l)| end <= b + l);
+        if !inside {
+            return Err(invalid(
+                "vm_map",
+                format!("[{at:#x}, {end:#x}) is not inside one reserved range"),
+            ));
+        }
+        let overlaps = self
+            .allocs
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&b, a)| b + a.len > at);
+        if overlaps {
+            return Err(invalid(
+                "vm_map",
+                format!("[{at:#x}, {end:#x}) overlaps a mapped page"),
+            ));
+        }
+        let data = p.data.clone();
+        self.allocs.insert(
+            at,
+            RawAlloc {
+                len,
+                data,
+                mapped: Some(id),
+            },
+        );
+        if let Some(p) = self.physical.get_mut(&id) {
+            p.mapped_at = Some(at);
+        }
+        Ok(len)
+    }
+
+    /// Unmaps the mapping of `bytes` at `at`.
+    pub(crate) fn vm_unmap(&mut self, at: u64, bytes: u64) -> Result<(), BackendError> {
+        let id = match self.allocs.get(&at) {
+            Some(RawAlloc {
+                len,
+                mapped: Some(id),
+                ..
+            }) if *len == bytes => *id,
+            _ => {
+                return Err(invalid(
+                    "vm_unmap",
+                    format!("no mapping of exactly {bytes} bytes starts at {at:#x}"),
+                ));
+            }
+        };
+        self.allocs.remove(&at);
+        if let Some(p) = self.physical.get_mut(&id) {
+            p.mapped_at = None;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = VM_GRANULARITY;
+
+    #[test]
+    fn capacity_limits_mapped_bytes_not_reserved_addresses() {
+        let mut m = Memory::new(1, 2 * G, true, None);
+        // Reserving far more than the capacity is fine: addresses cost nothing.
+        let base = m.vm_reserve(64 * G).unwrap();
+        assert_eq!(m.info(), (2 * G, 2 * G));
+        let a = m.vm_create_physical(G).unwrap();
+        let b = m.vm_create_physical(G).unwrap();
+        assert!(m.vm_create_physical(G).unwrap_err().is_out_of_memory());
+        // Unmapped addresses are refused; mapped ones accepted.
+        assert!(m.span("t", base, 1).is_err());
+        m.vm_map(base, a).unwrap();
+        m.vm_map(base + G, b).unwrap();
+        assert!(m.span("t", base + G - 1, 1).is_ok());
+        assert!(m.span("t", base + 2 * G, 1).is_err());
+        // A mapping is not a malloc, and rules refuse out-of-order releases.
+        assert!(m.exact(base).is_err());
+        assert!(m.vm_release_physical(a).is_err());
+        assert!(m.vm_release(base).is_err());
+        assert!(m.vm_map(base + 2 * G, a).is_err(), "already mapped");
+        assert!(m.vm_unmap(base, G + 1).is_err());
+        m.vm_unmap(base + G, G).unwrap();
+        assert!(m.span("t", base + G, 1).is_err(), "unmapped again");
+        m.vm_release_physical(b).unwrap();
+        assert_eq!(m.info().0, G);
+        m.vm_unmap(base, G).unwrap();
+        m.vm_release_physical(a).unwrap();
+        m.vm_release(base).unwrap();
+        assert_eq!(m.info(), (2 * G, 2 * G));
+    }
+
+    #[test]
+    fn the_planned_malloc_fault_counts_physical_handles() {
+        use crate::config::{FaultKind, MallocFault};
+        let fault = MallocFault {
+            nth: 2,
+            kind: FaultKind::OutOfMemory,
+        };
+        let mut m = Memory::new(1, 8 * G, false, Some(fault));
+        m.malloc(100).unwrap();
+        let err = m.vm_create_physical(G).unwrap_err();
+        assert!(err.is_out_of_memory(), "{err}");
+        assert_eq!(m.info().0, 8 * G - 100, "the failed handle holds nothing");
+        m.vm_create_physical(G).unwrap();
+    }
+
+    #[test]
+    fn unaligned_and_outside_requests_are_refused() {
+        let mut m = Memory::new(1, 4 * G, false, None);
+        assert!(m.vm_reserve(G + 1).is_err());
+        assert!(m.vm_create_physical(100).is_err());
+        let base = m.vm_reserve(G).unwrap();
+        let h = m.vm_create_physical(2 * G).unwrap();
+        assert!(m.vm_map(base, h).is_err(), "larger than the range");
+        assert!(m.vm_map(base + 512, h).is_err(), "unaligned");
+        assert!(m.vm_map(base, 999).is_err(), "unknown handle");
+    }
+}

@@ -1,0 +1,117 @@
+//! The mock's virtual memory: capacity limits mapped bytes, unmapped addresses are
+//! refused, the contract kit's rules hold, and unmapping a page while work on it is not
+//! known complete is a reuse race.
+
+mod common;
+
+use memreuse_core::race::RaceChecker;
+use memreuse_core::testing::contract::{ContractOptions, check_backend};
+use memreuse_core::{Backend, RaceKind};
+use memreuse_mock::{MockConfig, MockDevice};
+
+use common::read;
+
+const G: u64 = 2 << 20;
+
+fn device(capacity: u64) -> MockDevice {
+    MockDevice::new(MockConfig::with_capacity(capacity)).expect("device")
+}
+
+#[test]
+fn mapped_pages_hold_data_and_count_against_capacity() {
+    let dev = device(2 * G);
+    assert!(dev.capabilities().virtual_memory);
+    assert_eq!(dev.vm_granularity().unwrap(), G);
+    let base = dev.vm_reserve(16 * G).unwrap();
+    assert_eq!(
+        dev.memory_info().unwrap().free,
+        2 * G,
+        "addresses cost nothing"
+    );
+    let s = dev.default_stream();
+    // Unmapped: refused.
+    assert!(dev.memset_zero(base, 64, &s).is_err());
+    let h = dev.vm_create_physical(2 * G).unwrap();
+    assert!(dev.vm_create_physical(G).unwrap_err().is_out_of_memory());
+    dev.vm_map(base, h).unwrap();
+    dev.copy_host_to_device(base.offset(G), &[7; 16], &s)
+        .unwrap();
+    assert_eq!(read(&dev, base.offset(G), 16, &s), vec![7; 16]);
+    assert!(
+        dev.memset_zero(base.offset(2 * G), 1, &s).is_err(),
+        "past the mapping"
+    );
+    dev.vm_unmap(base, 2 * G).unwrap();
+    assert!(dev.memset_zero(base, 1, &s).is_err(), "unmapped again");
+    dev.vm_release_physical(h).unwrap();
+    dev.vm_release(base).unwrap();
+    assert_eq!(dev.memory_info().unwrap().free, 2 * G);
+    assert!(dev.race_reports().unwrap().is_empty());
+}
+
+#[test]
+fn the_mock_keeps_the_virtual_memory_contract() {
+    let dev = std::sync::Arc::new(device(64 << 20));
+    let report = check_backend(&dev, &ContractOptions::default());
+    report.assert_passed();
+    assert!(report.passed.contains(&"virtual_memory"), "{report:?}");
+}
+
+#[test]
+fn unmapping_a_page_with_unfinished_work_is_a_reuse_race() {
+    for synchronize_first in [false, true] {
+        let dev = device(4 * G);
+        let base = dev.vm_reserve(4 * G).unwrap();
+        let h = dev.vm_create_physical(G).unwrap();
+        dev.vm_map(base, h).unwrap();
+        let s = dev.create_stream().unwrap();
+        dev.delay(1_000, &s).unwrap();
+        dev.memset_zero(base, 64, &s).unwrap();
+        if synchronize_first {
+            dev.synchronize_stream(&s).unwrap();
+        }
+        // The stale page goes back and is mapped again for a new use.
+        dev.vm_unmap(base, G).unwrap();
+        dev.vm_map(base.offset(G), h).unwrap();
+        dev.memset_zero(base.offset(G), 64, &dev.default_stream())
+            .unwrap();
+        dev.synchronize_device().unwrap();
+        let races = dev.race_reports().unwrap();
+        if synchronize_first {
+            assert!(races.is_empty(), "{races:?}");
+        } else {
+            assert!(
+                races.iter().any(|r| r.kind == RaceKind::Reuse),
+                "expected a reuse race: {races:?}"
+            );
+        }
+    }
+}
+
+/// The race-checking adaptor over the detector-less mock forwards the vm_* calls and sees
+/// the same stale-page unmap as the mock's own detector.
+#[test]
+fn the_race_adaptor_sees_through_remapping_too() {
+    let dev = MockDevice::new(MockConfig {
+        race_detection: false,
+        ..MockConfig::with_capacity(4 * G)
+    })
+    .expect("device");
+    let dev = RaceChecker::standalone(dev);
+    assert!(dev.capabilities().virtual_memory);
+    let base = dev.vm_reserve(2 * G).unwrap();
+    let h = dev.vm_create_physical(G).unwrap();
+    dev.vm_map(base, h).unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.delay(1_000, &s).unwrap();
+    dev.memset_zero(base, 64, &s).unwrap();
+    dev.vm_unmap(base, G).unwrap();
+    dev.synchronize_device().unwrap();
+    let races = dev.race_reports().unwrap();
+    assert!(
+        races.iter().any(|r| r.kind == RaceKind::Reuse),
+        "expected a reuse race: {races:?}"
+    );
+    dev.vm_release_physical(h).unwrap();
+    dev.vm_release(base).unwrap();
+}
