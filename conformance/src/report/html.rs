@@ -62,9 +62,10 @@ fn decimate(points: &[(u64, u64)]) -> (Vec<(u64, u64)>, usize) {
     (out, stride)
 }
 
-/// True when neither allocated nor reserved bytes ever change (nothing to plot).
+/// True when reserved bytes never change: the chart would be one flat line with the
+/// allocated bytes below it, which a sentence says as well.
 fn is_flat(points: &[(u64, u64)]) -> bool {
-    points.windows(2).all(|w| w[0] == w[1])
+    points.windows(2).all(|w| w[0].1 == w[1].1)
 }
 
 /// An HTML id for a schedule name: letters, digits and `-`, prefixed `s-`.
@@ -101,6 +102,22 @@ fn plot_lines(
     y_desc: &str,
     lines: &[Line],
     legend: SeriesLabelPosition,
+    scale: (f64, usize),
+) -> Option<String> {
+    // plotters can panic on odd ranges (an overflow in its tick computation): a chart
+    // that cannot be drawn must not end the run and lose its report.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        draw_lines(caption, y_desc, lines, legend, scale)
+    }))
+    .ok()
+    .flatten()
+}
+
+fn draw_lines(
+    caption: &str,
+    y_desc: &str,
+    lines: &[Line],
+    legend: SeriesLabelPosition,
     (max_y, stride): (f64, usize),
 ) -> Option<String> {
     let max_x = lines.iter().map(|l| l.mib.len()).max().filter(|&n| n > 0)?;
@@ -124,6 +141,9 @@ fn plot_lines(
             .configure_mesh()
             .x_desc(x_desc)
             .y_desc(y_desc)
+            // No light grid: it was most of each SVG's bytes and says nothing.
+            .disable_x_mesh()
+            .disable_y_mesh()
             .draw()
             .ok()?;
         for line in lines {
@@ -269,7 +289,7 @@ pub fn render_html(
 ) -> String {
     let mut out = String::new();
     out.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>memreuse conformance report</title>\n");
-    out.push_str("<style>body{font-family:sans-serif;margin:2em;max-width:1600px}table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right;vertical-align:top}td{white-space:nowrap}td.l{text-align:left}td.why{white-space:normal;overflow-wrap:anywhere;min-width:12em;max-width:36em;text-align:left}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}.verdict{font-size:1.4em;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:8px}dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dl.meta dd{margin:0;font-family:monospace;overflow-wrap:anywhere}nav li{margin:2px 0}</style>\n");
+    out.push_str("<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin-bottom:1em;font-size:13px}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right;vertical-align:top}td{white-space:nowrap}td.l{text-align:left}td.why{white-space:normal;overflow-wrap:anywhere;min-width:8em;max-width:28em;text-align:left}th{font-size:12px}.passed{color:#080}.failed,.error{color:#b00}.skipped{color:#888}.verdict{font-size:1.4em;font-weight:bold}.plots{display:flex;flex-wrap:wrap;gap:8px}dl.meta{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dl.meta dd{margin:0;font-family:monospace;overflow-wrap:anywhere}nav li{margin:2px 0}</style>\n");
     out.push_str("</head><body>\n<h1>memreuse conformance report</h1>\n");
     verdict_block(&mut out, report);
     out.push_str("<dl class=meta>");
@@ -296,11 +316,20 @@ pub fn render_html(
     for name in &schedules {
         let runs = report.runs.iter().filter(|r| r.schedule == *name);
         let bad = runs.clone().filter(|r| !r.as_expected()).count();
-        let total = runs.count();
+        let mut counts: Vec<String> = Vec::new();
+        for status in ["passed", "failed", "error", "skipped"] {
+            let n = runs.clone().filter(|r| r.status.as_str() == status).count();
+            if n > 0 {
+                counts.push(format!("<span class={status}>{n} {status}</span>"));
+            }
+        }
         let state = if bad == 0 {
-            format!("<span class=passed>{total} runs as expected</span>")
+            counts.join(", ")
         } else {
-            format!("<span class=failed>{bad} of {total} not as expected</span>")
+            format!(
+                "<b class=failed>{bad} not as expected</b>: {}",
+                counts.join(", ")
+            )
         };
         let _ = writeln!(
             out,
@@ -372,7 +401,9 @@ pub fn render_html(
             .fold(to_mib(1), f64::max);
         let (flat, moving): (Vec<&MemorySeries>, Vec<&MemorySeries>) =
             runs.iter().partition(|s| is_flat(&s.max_over_ranks()));
-        if let Some(svg) = plot_reserved_by_run(name, &runs, max_y) {
+        if moving.is_empty() {
+            // Every line of the overlay would be flat too.
+        } else if let Some(svg) = plot_reserved_by_run(name, &runs, max_y) {
             out.push_str("<div>");
             out.push_str(&svg);
             out.push_str("</div>\n");
@@ -399,9 +430,11 @@ pub fn render_html(
             let names: Vec<String> = flat
                 .iter()
                 .map(|s| {
-                    let (a, r) = s.max_over_ranks().first().copied().unwrap_or((0, 0));
+                    let points = s.max_over_ranks();
+                    let r = points.first().map_or(0, |p| p.1);
+                    let a = points.iter().map(|p| p.0).max().unwrap_or(0);
                     format!(
-                        "{} mode {} ({} reserved, {} allocated)",
+                        "{} mode {} ({} reserved, peak {} allocated)",
                         escape(&s.backend),
                         escape(&s.mode),
                         human_bytes(r),
@@ -411,7 +444,7 @@ pub fn render_html(
                 .collect();
             let _ = writeln!(
                 out,
-                "<p>Flat throughout, not charted: {}.</p>",
+                "<p>Reserved memory flat throughout, not charted: {}.</p>",
                 names.join("; ")
             );
         }
@@ -555,7 +588,7 @@ mod tests {
         let page = render_html(&report, &series, &[], &RunMeta::default());
         assert_eq!(page.matches("<svg").count(), 2, "overlay + the moving run");
         assert!(page.contains(
-            "Flat throughout, not charted: mock mode 2 (2.0 MiB reserved, 0 B allocated)."
+            "Reserved memory flat throughout, not charted: mock mode 2 (2.0 MiB reserved, peak 0 B allocated)."
         ));
         assert!(
             page.contains("<td class=\"why skipped\">")
