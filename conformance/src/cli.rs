@@ -40,7 +40,7 @@ pub enum Command {
     },
     /// Write a generated schedule.
     Generate(GenerateArgs),
-    /// List the generator presets.
+    /// List the generator presets, the built-in suites with their schedules, and the backends.
     List,
     /// Replay an allocation history under allocator settings: which one fits?
     Whatif(crate::whatif::WhatifArgs),
@@ -61,19 +61,25 @@ pub struct RunArgs {
     /// Built-in suite name.
     #[arg(long, value_name = "NAME")]
     pub suite: Option<String>,
-    /// Seed.
+    /// Seed of the mock's deterministic scheduler (with `--deterministic`; default 0):
+    /// the same seed replays the same interleaving of ranks and streams.
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
-    /// Deterministic execution.
+    /// Run the mock's ranks and streams one step at a time in a seeded order instead of on
+    /// free-running threads, so a run (and a race it finds) repeats exactly. Backends that
+    /// cannot honour it list it under `ignored_options` in the report.
     #[arg(long)]
     pub deterministic: bool,
     /// Capacity of each mock device (overrides the schedule's `device_memory`).
     #[arg(long, value_name = "BYTES")]
     pub device_memory: Option<u64>,
-    /// Write the JSON report here.
+    /// Write the JSON report to FILE (parent directories are created). Alone, it is the
+    /// only report file written; add `--report DIR` for the HTML page too.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Write the report (JSON + HTML/Markdown) into this directory.
+    /// Write `report.json`, `report.html` and `summary.md` (Markdown, for CI job summaries)
+    /// into DIR. Default when neither this nor `--json` is given:
+    /// `$CARGO_TARGET_DIR/conformance` if that is set, else `target/conformance`.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
     /// Write one memory snapshot per run here.
@@ -120,7 +126,10 @@ pub struct GenerateArgs {
     /// The schedule's `device_memory` in bytes.
     #[arg(long)]
     pub device_memory: Option<u64>,
-    /// Output file.
+    /// The schedule's `name` (default: the preset's name).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Output file (parent directories are created).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
 }
@@ -150,6 +159,20 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
             for p in PRESETS {
                 let tag = if p.adversarial { " (adversarial)" } else { "" };
                 lines.push(format!("  {:<18} {}{tag}", p.name, p.description));
+            }
+            lines.push("suites (--suite NAME):".to_owned());
+            for (name, description) in crate::suite::SUITES {
+                lines.push(format!("  {name:<18} {description}"));
+                match crate::suite::suite(name) {
+                    Ok(entries) => {
+                        let names: Vec<&str> = entries
+                            .iter()
+                            .map(|e| e.valid.schedule.name.as_str())
+                            .collect();
+                        lines.push(format!("  {:<18} schedules: {}", "", names.join(", ")));
+                    }
+                    Err(e) => lines.push(format!("  {:<18} cannot be built: {e}", "")),
+                }
             }
             lines.push("backends:".to_owned());
             lines.extend(backend_lines().into_iter().map(|l| format!("  {l}")));
@@ -243,12 +266,27 @@ fn generate_file(args: &GenerateArgs) -> ExitCode {
         device_memory: args.device_memory,
     };
     let schedule = match generate(&args.preset, &opts) {
-        Ok(s) => s,
+        Ok(mut s) => {
+            if let Some(name) = &args.name {
+                if name.trim().is_empty() {
+                    eprintln!("generate: --name must not be empty");
+                    return ExitCode::from(USAGE);
+                }
+                s.name.clone_from(name);
+            }
+            s
+        }
         Err(e) => {
             eprintln!("generate: {e}");
             return ExitCode::from(USAGE);
         }
     };
+    if let Some(parent) = args.output.parent().filter(|p| !p.as_os_str().is_empty())
+        && let Err(e) = std::fs::create_dir_all(parent)
+    {
+        eprintln!("generate: cannot create {}: {e}", parent.display());
+        return ExitCode::FAILURE;
+    }
     match std::fs::write(&args.output, schedule.to_json_string() + "\n") {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

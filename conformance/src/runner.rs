@@ -14,13 +14,25 @@ use crate::replay::{
     Artifact, ArtifactLink, ModeChoice, ReplayOptions, RunArtifacts, relative_href, replay,
 };
 use crate::report::{
-    MemorySeries, Report, RunRecord, RunStatus, Verdict, render_html, render_table,
+    MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, render_html, render_markdown,
+    render_table,
 };
 use crate::suite::{SuiteEntry, suite};
 use crate::validate::load;
 
-/// Where the report goes when `--report` is not given.
+/// Where the report goes when neither `--report` nor `--json` is given, relative to the
+/// target directory: `$CARGO_TARGET_DIR/conformance` when that variable is set, else
+/// `target/conformance` under the current directory (see [`default_report_dir`]).
 pub const DEFAULT_REPORT_DIR: &str = "target/conformance";
+
+/// The default report directory: `$CARGO_TARGET_DIR/conformance` when the variable is set
+/// and not empty, else [`DEFAULT_REPORT_DIR`] (docs/report-format.md).
+pub fn default_report_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+        Some(target) => PathBuf::from(target).join("conformance"),
+        None => PathBuf::from(DEFAULT_REPORT_DIR),
+    }
+}
 
 /// A usage error: printed, exit status 2, nothing ran.
 #[derive(Debug, thiserror::Error)]
@@ -187,15 +199,27 @@ pub fn run(args: &RunArgs) -> ExitCode {
         }
     };
     let total = (plan.entries.len() * plan.backends.len() * plan.modes.len()) as u64;
-    let bar = if args.quiet || !std::io::stderr().is_terminal() {
+    let terminal = std::io::stderr().is_terminal();
+    let bar = if args.quiet || !terminal {
         ProgressBar::hidden()
     } else {
         let b = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed} {msg}") {
             b.set_style(style);
         }
+        // Redraws on its own clock, so the elapsed time moves during one long run.
+        b.enable_steady_tick(Duration::from_millis(250));
         b
     };
+    // Piped (CI logs): one line per finished run instead of a bar nobody sees.
+    let progress_lines = !args.quiet && !terminal;
+    let outputs = Outputs::of(args);
+    let meta = RunMeta::capture(if args.deterministic {
+        format!("deterministic, seed {}", args.seed.unwrap_or(0))
+    } else {
+        "free-running threads (no --deterministic)".to_owned()
+    });
+    let mut last_html: Option<Instant> = None;
     let started = Instant::now();
     let mut report = Report::new();
     let mut series: Vec<MemorySeries> = Vec::new();
@@ -264,11 +288,30 @@ pub fn run(args: &RunArgs) -> ExitCode {
                         record.negative_control_verdict = Verdict::judge(expects, record.races);
                     }
                 }
+                if progress_lines {
+                    eprintln!(
+                        "[{}/{total}] {} {backend} mode {}: {} ({:.1} ms)",
+                        report.runs.len() + 1,
+                        schedule.name,
+                        mode.name(),
+                        record.status.as_str(),
+                        record.wall_ms
+                    );
+                }
                 report.runs.push(record);
                 if !outcome.series.per_rank.is_empty() {
                     series.push(outcome.series);
                 }
                 bar.inc(1);
+                // Rewritten after every run so a run killed at a time limit keeps what
+                // finished. The page (charts) at most every 2 s; always at the end.
+                let html_due = last_html.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+                let links = artifact_links(outputs.link_base(), files.clone());
+                if let Err(e) = write_reports(&outputs, &meta, &report, &series, &links, html_due) {
+                    eprintln!("memreuse-conformance: could not write the report: {e}");
+                } else if html_due {
+                    last_html = Some(Instant::now());
+                }
             }
         }
     }
@@ -297,11 +340,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     for m in &missing {
         out.line(&format!("required backend {m}"));
     }
-    let dir = args
-        .report
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_REPORT_DIR));
-    let links = artifact_links(&dir, files);
+    let links = artifact_links(outputs.link_base(), files);
     if !args.quiet {
         for (flag, d) in [
             ("snapshots", &args.snapshot_dir),
@@ -312,16 +351,21 @@ pub fn run(args: &RunArgs) -> ExitCode {
             }
         }
     }
-    if let Err(e) = write_reports(&dir, args.json.as_deref(), &report, &series, &links) {
+    if let Err(e) = write_reports(&outputs, &meta, &report, &series, &links, true) {
         eprintln!("memreuse-conformance: could not write the report: {e}");
         return ExitCode::from(1);
     }
     if !args.quiet {
-        out.line(&format!(
-            "report: {}/report.json, {}/report.html",
-            dir.display(),
-            dir.display()
-        ));
+        let mut written = Vec::new();
+        if let Some(json) = &outputs.json {
+            written.push(json.display().to_string());
+        }
+        if let Some(dir) = &outputs.dir {
+            for f in ["report.json", "report.html", "summary.md"] {
+                written.push(dir.join(f).display().to_string());
+            }
+        }
+        out.line(&format!("report: {}", written.join(", ")));
     }
     out.status(if report.all_as_expected() && missing.is_empty() {
         ExitCode::SUCCESS
@@ -466,22 +510,94 @@ fn artifact_links(
         .collect()
 }
 
+/// Where the report files go: `--report DIR` (or the default directory when neither
+/// `--report` nor `--json` is given) gets `report.json`, `report.html` and `summary.md`;
+/// `--json FILE` gets the JSON report alone.
+struct Outputs {
+    dir: Option<PathBuf>,
+    json: Option<PathBuf>,
+}
+
+impl Outputs {
+    fn of(args: &RunArgs) -> Self {
+        let dir = match (&args.report, &args.json) {
+            (Some(dir), _) => Some(dir.clone()),
+            (None, Some(_)) => None,
+            (None, None) => Some(default_report_dir()),
+        };
+        Outputs {
+            dir,
+            json: args.json.clone(),
+        }
+    }
+
+    /// The directory artifact links are relative to.
+    fn link_base(&self) -> &Path {
+        self.dir
+            .as_deref()
+            .or_else(|| self.json.as_deref().and_then(Path::parent))
+            .unwrap_or(Path::new("."))
+    }
+}
+
+/// A report-writing failure, naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+struct WriteError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// Writes `contents` to `path` through a temporary file in the same directory and a rename,
+/// so a reader (or a run killed half-way) never sees a half-written file.
+fn write_atomic(path: &Path, contents: &str) -> Result<(), WriteError> {
+    let fail = |source| WriteError {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| WriteError {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, contents).map_err(|source| WriteError {
+        path: tmp.clone(),
+        source,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(e)
+    })
+}
+
 fn write_reports(
-    dir: &Path,
-    json: Option<&Path>,
+    outputs: &Outputs,
+    meta: &RunMeta,
     report: &Report,
     series: &[MemorySeries],
     links: &[RunArtifacts],
-) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
-    std::fs::write(dir.join("report.json"), &text)?;
-    std::fs::write(dir.join("report.html"), render_html(report, series, links))?;
-    if let Some(path) = json {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
+    html: bool,
+) -> Result<(), WriteError> {
+    let text = serde_json::to_string_pretty(report).map_err(|e| WriteError {
+        path: PathBuf::from("report.json"),
+        source: std::io::Error::other(e),
+    })?;
+    if let Some(dir) = &outputs.dir {
+        write_atomic(&dir.join("report.json"), &text)?;
+        if html {
+            write_atomic(
+                &dir.join("report.html"),
+                &render_html(report, series, links, meta),
+            )?;
+            write_atomic(&dir.join("summary.md"), &render_markdown(report, meta))?;
         }
-        std::fs::write(path, &text)?;
+    }
+    if let Some(path) = &outputs.json {
+        write_atomic(path, &text)?;
     }
     Ok(())
 }

@@ -1,12 +1,17 @@
 //! Reports: the JSON report (`memreuse.report/1`, docs/report-format.md), the terminal
-//! comparison table, and the HTML page with SVG plots of memory over time.
+//! comparison table, the HTML page with SVG plots of memory over time, and the Markdown
+//! summary.
 
 mod html;
 mod json;
+mod meta;
+mod summary;
 mod table;
 
 pub use html::{MemorySeries, render_html};
 pub use json::{REPORT_FORMAT, RaceCounts, Report, RunRecord, RunStatus, Verdict};
+pub use meta::RunMeta;
+pub use summary::{Tally, headline, render_markdown, tallies};
 pub use table::render_table;
 
 /// Bytes in a human unit (binary prefixes), for tables and plots.

@@ -5,9 +5,12 @@ use std::fmt::Write as _;
 use super::human_bytes;
 use super::json::{Report, RunStatus};
 
-/// Renders the comparison table of a report as plain text.
+/// Renders the comparison table of a report as plain text. Skip reasons are long and
+/// repeat on every run of a backend: each distinct one is printed once, after the table,
+/// and rows refer to it by number.
 pub fn render_table(report: &Report) -> String {
     let mut out = String::new();
+    let mut reasons: Vec<&str> = Vec::new();
     let mut schedules: Vec<&str> = Vec::new();
     for r in &report.runs {
         if !schedules.contains(&r.schedule.as_str()) {
@@ -33,7 +36,15 @@ pub fn render_table(report: &Report) -> String {
             .map(|r| {
                 let status = match r.status {
                     RunStatus::Skipped => {
-                        format!("skipped: {}", r.skip_reason.as_deref().unwrap_or(""))
+                        let reason = r.skip_reason.as_deref().unwrap_or("");
+                        let n = reasons
+                            .iter()
+                            .position(|x| *x == reason)
+                            .unwrap_or_else(|| {
+                                reasons.push(reason);
+                                reasons.len() - 1
+                            });
+                        format!("skipped [{}]", n + 1)
                     }
                     RunStatus::Error => format!("error: {}", r.error.as_deref().unwrap_or("")),
                     RunStatus::Failed => {
@@ -86,6 +97,13 @@ pub fn render_table(report: &Report) -> String {
         }
         out.push('\n');
     }
+    if !reasons.is_empty() {
+        let _ = writeln!(out, "skipped because:");
+        for (i, reason) in reasons.iter().enumerate() {
+            let _ = writeln!(out, "  [{}] {reason}", i + 1);
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -108,19 +126,23 @@ mod tests {
         });
         report.runs.push(a);
         report.runs.push(b);
-        report.runs.push(RunRecord::skipped(
-            "tp",
-            "cuda",
-            "0",
-            2,
-            1,
-            "no libcuda".into(),
-        ));
+        for mode in ["0", "1"] {
+            report.runs.push(RunRecord::skipped(
+                "tp",
+                "cuda",
+                mode,
+                2,
+                1,
+                "no libcuda".into(),
+            ));
+        }
         let t = render_table(&report);
+        assert_eq!(t.matches("skipped [1]").count(), 2, "{t}");
+        assert_eq!(t.matches("no libcuda").count(), 1, "each reason once: {t}");
         assert!(t.starts_with("ddp\n"), "{t}");
         assert!(t.contains("2.0 MiB"));
         assert!(t.contains("reuse races 3"));
         assert!(t.contains("\ntp\n"));
-        assert!(t.contains("skipped: no libcuda"));
+        assert!(t.contains("skipped because:\n  [1] no libcuda\n"), "{t}");
     }
 }

@@ -1,0 +1,161 @@
+//! The verdict of a report: counts per (backend, mode) and the negative-control tally,
+//! shown at the top of the HTML page and as the Markdown summary (`summary.md`, for CI job
+//! summaries such as `$GITHUB_STEP_SUMMARY`).
+
+use std::fmt::Write as _;
+
+use super::json::{Report, RunStatus};
+use super::meta::RunMeta;
+
+/// Runs of one (backend, mode) by status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Backend name.
+    pub backend: String,
+    /// Mode name.
+    pub mode: String,
+    /// Passed runs.
+    pub passed: usize,
+    /// Failed runs.
+    pub failed: usize,
+    /// Runs that errored.
+    pub error: usize,
+    /// Skipped runs.
+    pub skipped: usize,
+}
+
+/// One tally per (backend, mode), in the order they first ran.
+pub fn tallies(report: &Report) -> Vec<Tally> {
+    let mut out: Vec<Tally> = Vec::new();
+    for r in &report.runs {
+        let i = if let Some(i) = out
+            .iter()
+            .position(|t| t.backend == r.backend && t.mode == r.mode)
+        {
+            i
+        } else {
+            out.push(Tally {
+                backend: r.backend.clone(),
+                mode: r.mode.clone(),
+                ..Tally::default()
+            });
+            out.len() - 1
+        };
+        let t = &mut out[i];
+        match r.status {
+            RunStatus::Passed => t.passed += 1,
+            RunStatus::Failed => t.failed += 1,
+            RunStatus::Error => t.error += 1,
+            RunStatus::Skipped => t.skipped += 1,
+        }
+    }
+    out
+}
+
+/// `(matching, judged)` negative-control verdicts.
+pub fn negative_control(report: &Report) -> (usize, usize) {
+    let judged: Vec<_> = report
+        .runs
+        .iter()
+        .filter(|r| r.negative_control_verdict.is_some())
+        .collect();
+    let matching = judged.iter().filter(|r| r.as_expected()).count();
+    (matching, judged.len())
+}
+
+/// The one-line verdict: `PASS` when the runner would exit 0 on these runs, else `FAIL`
+/// with what did not go as expected.
+pub fn headline(report: &Report) -> String {
+    let unexpected = report.runs.iter().filter(|r| !r.as_expected()).count();
+    if unexpected == 0 {
+        format!("PASS: {} runs as expected", report.runs.len())
+    } else {
+        format!(
+            "FAIL: {unexpected} of {} runs not as expected",
+            report.runs.len()
+        )
+    }
+}
+
+/// The Markdown summary: verdict, metadata, the tally table and the runs that went wrong.
+pub fn render_markdown(report: &Report, meta: &RunMeta) -> String {
+    let mut out = String::from("# memreuse conformance\n\n");
+    let _ = writeln!(out, "**{}**\n", headline(report));
+    for (label, value) in meta.fields() {
+        let _ = writeln!(out, "- {label}: `{}`", value.replace('`', "'"));
+    }
+    out.push_str(
+        "\n| backend | mode | passed | failed | error | skipped |\n|---|---|---:|---:|---:|---:|\n",
+    );
+    for t in tallies(report) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            t.backend, t.mode, t.passed, t.failed, t.error, t.skipped
+        );
+    }
+    let (matching, judged) = negative_control(report);
+    if judged > 0 {
+        let _ = writeln!(
+            out,
+            "\nNegative control: {matching} of {judged} verdicts match the declarations."
+        );
+    }
+    let wrong: Vec<_> = report.runs.iter().filter(|r| !r.as_expected()).collect();
+    if !wrong.is_empty() {
+        out.push_str("\n## Not as expected\n\n");
+        for r in wrong {
+            let why = r
+                .error
+                .as_deref()
+                .map(str::to_owned)
+                .or_else(|| {
+                    r.negative_control_verdict
+                        .map(|v| format!("verdict {}", v.as_str()))
+                })
+                .unwrap_or_else(|| {
+                    format!("mismatches {}, leaked {} B", r.mismatches, r.leaked_bytes)
+                });
+            let _ = writeln!(
+                out,
+                "- {} / {} / mode {}: {} ({})",
+                r.schedule,
+                r.backend,
+                r.mode,
+                r.status.as_str(),
+                why.replace('\n', " ")
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::json::RunRecord;
+
+    fn run(backend: &str, mode: &str, status: RunStatus) -> RunRecord {
+        let mut r = RunRecord::empty("s", backend, mode, 1, 1);
+        r.status = status;
+        r
+    }
+
+    #[test]
+    fn tallies_count_per_backend_and_mode_and_the_headline_names_failures() {
+        let mut report = Report::new();
+        report.runs.push(run("mock", "0", RunStatus::Passed));
+        report.runs.push(run("mock", "0", RunStatus::Failed));
+        report.runs.push(run("cuda", "0", RunStatus::Skipped));
+        let t = tallies(&report);
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0].passed, t[0].failed, t[0].skipped), (1, 1, 0));
+        assert_eq!((t[1].backend.as_str(), t[1].skipped), ("cuda", 1));
+        assert_eq!(headline(&report), "FAIL: 1 of 3 runs not as expected");
+        let md = render_markdown(&report, &RunMeta::default());
+        assert!(md.contains("| mock | 0 | 1 | 1 | 0 | 0 |"), "{md}");
+        assert!(md.contains("- s / mock / mode 0: failed"), "{md}");
+        report.runs.remove(1);
+        assert_eq!(headline(&report), "PASS: 2 runs as expected");
+    }
+}
