@@ -186,3 +186,14 @@ fn cost_equals_the_expanded_program() {
         );
     }
 }
+
+/// Every built-in suite (the README's RFC experiment included) is inside the limits: a
+/// limit that refuses the project's own schedules is a broken limit.
+#[test]
+fn every_built_in_suite_validates() {
+    for (name, _) in memreuse_conformance::suite::SUITES {
+        if let Err(e) = memreuse_conformance::suite::suite(name) {
+            panic!("suite {name}: {e}");
+        }
+    }
+}
