@@ -79,16 +79,6 @@ impl Block {
     pub fn is_whole_segment(&self) -> bool {
         self.prev.is_none() && self.next.is_none()
     }
-
-    /// `(count, bytes)` this block contributes to `inactive_split`: free blocks of split
-    /// segments.
-    pub fn split_contribution(&self) -> (i64, i64) {
-        if self.state.is_free() && !self.is_whole_segment() {
-            (1, self.size as i64)
-        } else {
-            (0, 0)
-        }
-    }
 }
 
 /// Every block, by slot.
