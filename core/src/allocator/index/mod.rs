@@ -206,6 +206,7 @@ impl BlockIndex {
         debug_assert!(found, "free block missing from its free set");
     }
 
+    #[inline]
     fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
         self.figures.inactive_split.apply(pool, after.0 - before.0);
         self.figures
