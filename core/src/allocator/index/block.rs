@@ -101,6 +101,7 @@ impl Slab {
     }
 
     /// Puts `block` (its generation is set here) in a vacant slot or a new one.
+    #[inline]
     pub fn insert(&mut self, mut block: Block) -> u32 {
         if let Some(slot) = self.vacant.pop() {
             let b = &mut self.slots[slot as usize];
@@ -115,6 +116,7 @@ impl Slab {
     }
 
     /// Vacates `slot`, bumping its generation.
+    #[inline]
     pub fn remove(&mut self, slot: u32) {
         let b = &mut self.slots[slot as usize];
         debug_assert!(b.state.is_free());
