@@ -79,16 +79,6 @@ impl Block {
     pub fn is_whole_segment(&self) -> bool {
         self.prev.is_none() && self.next.is_none()
     }
-
-    /// `(count, bytes)` this block contributes to `inactive_split`: free blocks of split
-    /// segments.
-    pub fn split_contribution(&self) -> (i64, i64) {
-        if self.state.is_free() && !self.is_whole_segment() {
-            (1, self.size as i64)
-        } else {
-            (0, 0)
-        }
-    }
 }
 
 /// Every block, by slot.
@@ -111,6 +101,7 @@ impl Slab {
     }
 
     /// Puts `block` (its generation is set here) in a vacant slot or a new one.
+    #[inline]
     pub fn insert(&mut self, mut block: Block) -> u32 {
         if let Some(slot) = self.vacant.pop() {
             let b = &mut self.slots[slot as usize];
@@ -125,6 +116,7 @@ impl Slab {
     }
 
     /// Vacates `slot`, bumping its generation.
+    #[inline]
     pub fn remove(&mut self, slot: u32) {
         let b = &mut self.slots[slot as usize];
         debug_assert!(b.state.is_free());
