@@ -500,19 +500,9 @@ impl Communicator<AscendDevice> for AscendCommunicator {
             *calls += 1;
             *calls - 1
         };
-        if ranks.is_empty() {
-            return Err(bad("new_group", "a group needs at least one rank"));
-        }
-        let mut seen = vec![false; self.size];
-        for &r in ranks {
-            if r >= self.size || std::mem::replace(&mut seen[r], true) {
-                return Err(bad(
-                    "new_group",
-                    format!("ranks {ranks:?} must be distinct ranks below {}", self.size),
-                ));
-            }
-        }
-        let Some(position) = ranks.iter().position(|&r| r == self.rank) else {
+        let Some(position) = memreuse_core::comm::group_position(ranks, self.size, self.rank)
+            .map_err(|reason| bad("new_group", reason))?
+        else {
             return Ok(None);
         };
         let (root, family) = self

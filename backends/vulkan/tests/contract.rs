@@ -20,8 +20,9 @@ fn the_vulkan_device_keeps_the_device_contract() {
     };
     let report = check_backend(&device, &options);
     report.assert_passed();
+    // Every check ran and passed; no count, so a check added to the kit does not break
+    // this test (docs/porting.md, step 4).
     assert!(report.skipped.is_empty(), "{report:?}");
-    assert_eq!(report.passed.len(), 10, "{report:?}");
     assert_eq!(
         device.live_allocations(),
         0,

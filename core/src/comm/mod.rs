@@ -11,10 +11,12 @@
 mod dtype;
 mod erased;
 mod error;
+mod group_ranks;
 
 pub use dtype::{DType, ReduceOp};
 pub use erased::ErasedCommunicator;
 pub use error::CommError;
+pub use group_ranks::group_position;
 
 use crate::backend::Backend;
 use crate::ids::DevicePtr;

@@ -379,19 +379,9 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
             c.new_groups += 1;
             c.new_groups - 1
         };
-        if ranks.is_empty() {
-            return Err(bad("new_group", "a group needs at least one rank"));
-        }
-        let mut seen = vec![false; size];
-        for &r in ranks {
-            if r >= size || std::mem::replace(&mut seen[r], true) {
-                return Err(bad(
-                    "new_group",
-                    format!("ranks {ranks:?} must be distinct ranks below {size}"),
-                ));
-            }
-        }
-        let Some(position) = ranks.iter().position(|&r| r == self.rank) else {
+        let Some(position) = memreuse_core::comm::group_position(ranks, size, self.rank)
+            .map_err(|reason| bad("new_group", reason))?
+        else {
             return Ok(None);
         };
         let hub = {
