@@ -31,9 +31,19 @@ fn empty_and_whitespace_give_defaults() {
 fn every_key_parses() {
     let c = AllocatorConfig::parse(
         " max_split_size_mb : 64 ,per_process_memory_fraction:0.75,garbage_collection_threshold:0.6,\
-         roundup_power2_divisions:[1:2,4:8,>:16],lazy_reclaim:True",
+         roundup_power2_divisions:[1:2,4:8,>:16],lazy_reclaim:True,expandable_segments:True",
     )
     .unwrap();
+    assert!(c.expandable_segments);
+    assert!(!AllocatorConfig::default().expandable_segments);
+    assert_eq!(
+        AllocatorConfig::parse("expandable_segments:maybe").unwrap_err(),
+        ConfigError::BadValue {
+            key: "expandable_segments".into(),
+            value: "maybe".into(),
+            expected: "True, False, true, false, 1 or 0",
+        }
+    );
     assert_eq!(c.max_split_size, 64 * MIB);
     assert_eq!(c.per_process_memory_fraction, Some(0.75));
     assert_eq!(c.garbage_collection_threshold, Some(0.6));
@@ -77,16 +87,16 @@ fn err(s: &str) -> ConfigError {
 
 #[test]
 fn unknown_key_is_named() {
-    let e = err("max_split_size_mb:32,expandable_segments:True");
+    let e = err("max_split_size_mb:32,expandable_segment:True");
     assert_eq!(
         e,
         ConfigError::UnknownKey {
-            key: "expandable_segments".into()
+            key: "expandable_segment".into()
         }
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("expandable_segments") && msg.contains("max_split_size_mb"),
+        msg.contains("expandable_segment`") && msg.contains("max_split_size_mb"),
         "{msg}"
     );
 }
@@ -272,4 +282,24 @@ fn error_messages_cut_huge_values_and_keys() {
             "the message gives the cut value's length: {msg}"
         );
     }
+}
+
+#[test]
+fn expandable_segments_on_a_backend_without_virtual_memory_is_refused_naming_it() {
+    use memreuse_core::allocator::CachingAllocator;
+    use memreuse_core::testing::ManualBackend;
+    use std::sync::Arc;
+    let backend = Arc::new(ManualBackend::new(1 << 30));
+    let cfg = AllocatorConfig::parse("expandable_segments:True").unwrap();
+    let e = CachingAllocator::try_new(Arc::clone(&backend), cfg.clone()).unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Unsupported { key: "expandable_segments", backend: b, .. } if b.as_str() == memreuse_core::Backend::name(&*backend)),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("virtual_memory"), "{e}");
+    // The lenient constructor falls back to ordinary segments, as PyTorch does.
+    let a = CachingAllocator::new(Arc::clone(&backend), cfg);
+    assert!(!a.config().expandable_segments);
+    // Without the key both constructors agree.
+    assert!(CachingAllocator::try_new(backend, AllocatorConfig::default()).is_ok());
 }

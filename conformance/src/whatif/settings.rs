@@ -41,6 +41,11 @@ pub enum Plan {
 /// has a device size. A malformed string is an error (the caller's usage error).
 pub fn plan(conf: &str, capacity_known: bool) -> Result<Plan, ConfigError> {
     match AllocatorConfig::parse(conf) {
+        // The replay device has no virtual memory yet: an expandable-segments setting is a
+        // known gap, not the user's mistake.
+        Ok(config) if config.expandable_segments => Ok(Plan::NotAvailable(
+            "expandable segments are not implemented by memreuse's allocator yet".to_owned(),
+        )),
         Ok(config) => {
             if !capacity_known
                 && (config.per_process_memory_fraction.is_some()
@@ -53,13 +58,6 @@ pub fn plan(conf: &str, capacity_known: bool) -> Result<Plan, ConfigError> {
                 ));
             }
             Ok(Plan::Replay(config))
-        }
-        // Until the allocator knows the key, an expandable-segments setting is a known
-        // gap, not the user's mistake.
-        Err(ConfigError::UnknownKey { key }) if key.trim() == "expandable_segments" => {
-            Ok(Plan::NotAvailable(
-                "expandable segments are not implemented by memreuse's allocator yet".to_owned(),
-            ))
         }
         Err(e) => Err(e),
     }

@@ -11,7 +11,7 @@ use crate::ids::{AllocationId, DevicePtr, WorkId};
 
 use super::block::UseOwner;
 use super::callbacks::{CallbackId, Registry};
-use super::config::AllocatorConfig;
+use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
 use super::oom::{AllocError, OomInfo};
 use super::oom_culprits::OomExplainer;
@@ -90,8 +90,34 @@ impl<B: Backend> Drop for CachingAllocator<B> {
 }
 
 impl<B: Backend> CachingAllocator<B> {
+    /// An allocator over `backend` with `config`, refusing a setting the backend cannot
+    /// provide: `expandable_segments:True` on a backend without the `virtual_memory`
+    /// capability is [`ConfigError::Unsupported`] naming the backend. Prefer this to
+    /// [`CachingAllocator::new`] wherever the configuration comes from a user.
+    pub fn try_new(backend: Arc<B>, config: AllocatorConfig) -> Result<Arc<Self>, ConfigError> {
+        if config.expandable_segments && !backend.capabilities().virtual_memory {
+            return Err(ConfigError::Unsupported {
+                key: "expandable_segments",
+                backend: backend.name().to_owned(),
+                needs: "the virtual_memory capability (reserve, map and unmap device pages)",
+            });
+        }
+        Ok(Self::new(backend, config))
+    }
+
     /// An allocator over `backend` with `config`.
-    pub fn new(backend: Arc<B>, config: AllocatorConfig) -> Arc<Self> {
+    ///
+    /// Infallible, as PyTorch's allocator is: `expandable_segments:True` on a backend
+    /// without virtual memory falls back to ordinary segments with a `tracing` warning
+    /// (PyTorch warns and does the same). [`CachingAllocator::try_new`] refuses it instead.
+    pub fn new(backend: Arc<B>, mut config: AllocatorConfig) -> Arc<Self> {
+        if config.expandable_segments && !backend.capabilities().virtual_memory {
+            tracing::warn!(
+                backend = backend.name(),
+                "memreuse allocator: expandable_segments:True needs virtual memory, which this backend lacks; using ordinary segments"
+            );
+            config.expandable_segments = false;
+        }
         let state = State::new(Arc::clone(&backend), config.clone());
         Arc::new(CachingAllocator {
             backend,

@@ -27,7 +27,7 @@ pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 
 /// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
-     roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim";
+     roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments";
 
 /// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
 /// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
@@ -52,6 +52,12 @@ pub struct AllocatorConfig {
     /// torch_npu's `multi_stream_lazy_reclaim`: process completed events at malloc only when
     /// more than 512 are pending or no cached block fits.
     pub lazy_reclaim: bool,
+    /// PyTorch's `expandable_segments`: one segment per (stream, pool) reserves a virtual
+    /// range and maps physical pages as blocks need them, so reserved memory follows live
+    /// memory. Needs a backend with the `virtual_memory` capability
+    /// ([`crate::Capabilities::virtual_memory`]); [`crate::allocator::CachingAllocator::try_new`]
+    /// refuses it on one without.
+    pub expandable_segments: bool,
     /// Capacity of the trace ring buffer (entries); 0 (the default) disables tracing, as
     /// PyTorch's `_record_memory_history` is off by default: a trace entry costs a clock
     /// read, about a fifth of a cached malloc+free pair. Enable it with
@@ -68,6 +74,7 @@ impl Default for AllocatorConfig {
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             per_process_memory_fraction: None,
             lazy_reclaim: false,
+            expandable_segments: false,
             trace_capacity: 0,
         }
     }
@@ -167,6 +174,19 @@ pub enum ConfigError {
     /// The environment variable is not valid Unicode.
     #[error("{ALLOC_CONF_ENV} is not valid Unicode")]
     NotUnicode,
+    /// A valid setting the backend cannot provide (found when the allocator is opened with
+    /// [`crate::allocator::CachingAllocator::try_new`], not by [`AllocatorConfig::parse`]).
+    #[error(
+        "{ALLOC_CONF_ENV}: `{key}` needs a backend with {needs}; backend `{backend}` does not have it (set `{key}:False` or pick a backend that declares it)"
+    )]
+    Unsupported {
+        /// The key that asked for it.
+        key: &'static str,
+        /// The backend's name.
+        backend: String,
+        /// The capability it lacks.
+        needs: &'static str,
+    },
 }
 
 /// Splits on commas outside `[...]`.
@@ -375,6 +395,7 @@ impl AllocatorConfig {
                     )?);
                 }
                 "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
+                "expandable_segments" => cfg.expandable_segments = parse_bool(key, value)?,
                 _ => {
                     return Err(ConfigError::UnknownKey {
                         key: key.to_owned(),
