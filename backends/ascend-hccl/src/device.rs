@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use memreuse_core::{
-    AllocationId, Backend, BackendError, DevicePtr, MemoryInfo, RaceReport, StreamId,
+    AllocationId, Backend, BackendError, DevicePtr, MemoryInfo, PhysicalHandle, RaceReport,
+    StreamId,
 };
 use parking_lot::Mutex;
 
@@ -36,6 +37,7 @@ use crate::loader::Api;
 use crate::result::{BACKEND, acl_check, invalid};
 use crate::staging::{Pinned, PinnedPool};
 use crate::sys;
+use crate::virtual_memory::VmBook;
 
 /// Staged host-to-device bytes kept beyond this are released by synchronizing their stream.
 const MAX_PENDING_STAGING: usize = 64 << 20;
@@ -176,6 +178,8 @@ struct DeviceInner {
     events: Arc<EventPool>,
     pinned: PinnedPool,
     staging: Mutex<Vec<Staging>>,
+    /// Reserved ranges, physical handles and mappings (`crate::virtual_memory`).
+    vm: Mutex<VmBook>,
 }
 
 impl std::fmt::Debug for AscendDevice {
@@ -215,6 +219,7 @@ impl AscendDevice {
                 events: EventPool::new(api, device),
                 pinned: PinnedPool::new(api),
                 staging: Mutex::new(Vec::new()),
+                vm: Mutex::new(VmBook::default()),
             }),
         })
     }
@@ -292,6 +297,8 @@ impl Drop for DeviceInner {
         if bind(self.api, self.device).is_ok() {
             // SAFETY: no arguments; waits for the device so staging can be released.
             let _ = unsafe { (self.api.aclrtSynchronizeDevice)() };
+            // The device is idle: pages still mapped can go.
+            self.vm.get_mut().release_all(self.api);
         }
         for s in self.staging.get_mut().drain(..) {
             self.pinned.give(s.buf);
@@ -321,6 +328,7 @@ impl Backend for AscendDevice {
             c.memory_capacity = true;
             c.native_race_detection = self.standin_detects_races();
         }
+        c.virtual_memory = crate::virtual_memory::missing_symbol(self.inner.api).is_none();
         c
     }
 
@@ -592,6 +600,51 @@ impl Backend for AscendDevice {
             // SAFETY: `label` is valid for `label.len()` bytes during the call.
             let _ = unsafe { f(self.inner.device, label.as_ptr().cast(), label.len()) };
         }
+    }
+
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        self.bind()?;
+        let d = self.inner.device;
+        self.inner.vm.lock().granularity(self.inner.api, d)
+    }
+
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        self.bind()?;
+        let d = self.inner.device;
+        self.inner.vm.lock().reserve(self.inner.api, d, bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().release(self.inner.api, base)
+    }
+
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        self.bind()?;
+        let d = self.inner.device;
+        self.inner
+            .vm
+            .lock()
+            .create_physical(self.inner.api, d, bytes)
+    }
+
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner
+            .vm
+            .lock()
+            .release_physical(self.inner.api, handle)
+    }
+
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.bind()?;
+        let d = self.inner.device;
+        self.inner.vm.lock().map(self.inner.api, d, at, handle)
+    }
+
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().unmap(self.inner.api, at, bytes)
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {

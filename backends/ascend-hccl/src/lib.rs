@@ -7,6 +7,7 @@
 //! | loader | [`loader`] | finding the libraries (every path tried is recorded), resolving required and optional symbols |
 //! | result | [`result`] | every status checked; ACL/HCCL codes as typed errors with their names; 207001 / 207018 / `HCCL_E_OOM` are `OutOfMemory` |
 //! | safe | [`AscendDevice`], [`AscendCommunicator`] | RAII streams, pooled SYNC events ([`events`]), pooled pinned staging, the `Backend` and `Communicator` implementations, fallbacks for optional symbols |
+//! | safe | [`virtual_memory`] | the optional `vm_*` calls (expandable segments) over `aclrtReserveMemAddress` / `aclrtMallocPhysical` / `aclrtMapMem`, misuse refused before any FFI call |
 //!
 //! The runtime's usage rules this crate keeps, the symbol table (required or optional, which
 //! CANN versions export each) and the test pinning each rule:
@@ -32,6 +33,7 @@ pub mod registry;
 pub mod result;
 mod staging;
 pub mod sys;
+pub mod virtual_memory;
 
 pub use comm::AscendCommunicator;
 pub use device::{AscendDevice, AscendEvent, AscendStream};

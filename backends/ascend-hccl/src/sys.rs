@@ -320,6 +320,128 @@ pub type HcclGroupEnd = HcclGroupStart;
 pub type HcclGetCommAsyncError =
     unsafe extern "C" fn(comm: HcclComm, async_error: *mut HcclResult) -> HcclResult;
 
+// ---- Virtual memory (expandable segments), `acl_rt.h` ----
+
+/// `aclrtDrvMemHandle`: an opaque physical memory handle (`void*`).
+pub type aclrtDrvMemHandle = *mut c_void;
+/// `aclrtMemHandleType` (C enum).
+pub type aclrtMemHandleType = c_int;
+/// `aclrtMemAllocationType` (C enum).
+pub type aclrtMemAllocationType = c_int;
+/// `aclrtMemLocationType` (C enum).
+pub type aclrtMemLocationType = c_int;
+/// `aclrtMemGranularityOptions` (C enum).
+pub type aclrtMemGranularityOptions = c_int;
+
+/// `ACL_MEM_HANDLE_TYPE_NONE`.
+pub const ACL_MEM_HANDLE_TYPE_NONE: aclrtMemHandleType = 0;
+/// `ACL_MEM_ALLOCATION_TYPE_PINNED`.
+pub const ACL_MEM_ALLOCATION_TYPE_PINNED: aclrtMemAllocationType = 0;
+/// `ACL_HBM_MEM_HUGE`: device memory in 2 MB pages (what torch_npu maps by default).
+pub const ACL_HBM_MEM_HUGE: aclrtMemAttr = 4;
+/// `ACL_HBM_MEM_HUGE1G`: device memory in 1 GB pages (torch_npu's `page_size:1g`).
+pub const ACL_HBM_MEM_HUGE1G: aclrtMemAttr = 10;
+/// `ACL_MEM_LOCATION_TYPE_DEVICE`.
+pub const ACL_MEM_LOCATION_TYPE_DEVICE: aclrtMemLocationType = 1;
+/// `ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM`.
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM: aclrtMemGranularityOptions = 0;
+/// `ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED` (newest runtime only).
+pub const ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED: aclrtMemGranularityOptions = 1;
+
+/// `typedef struct { uint32_t id; aclrtMemLocationType type; } aclrtMemLocation;` (8 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct aclrtMemLocation {
+    /// The device id (for `ACL_MEM_LOCATION_TYPE_DEVICE`).
+    pub id: u32,
+    /// `ACL_MEM_LOCATION_TYPE_DEVICE` = 1.
+    pub r#type: aclrtMemLocationType,
+}
+
+/// `aclrtPhysicalMemProp` (32 bytes, alignment 8): what `aclrtMallocPhysical` and
+/// `aclrtMemGetAllocationGranularity` read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct aclrtPhysicalMemProp {
+    /// `ACL_MEM_HANDLE_TYPE_NONE` = 0.
+    pub handleType: aclrtMemHandleType,
+    /// `ACL_MEM_ALLOCATION_TYPE_PINNED` = 0.
+    pub allocationType: aclrtMemAllocationType,
+    /// `ACL_HBM_MEM_HUGE` = 4 (2 MB pages) or `ACL_HBM_MEM_HUGE1G` = 10.
+    pub memAttr: aclrtMemAttr,
+    /// `{ device, ACL_MEM_LOCATION_TYPE_DEVICE }`.
+    pub location: aclrtMemLocation,
+    /// Must be 0.
+    pub reserve: u64,
+}
+
+impl aclrtPhysicalMemProp {
+    /// Pinned device memory of `device` in 2 MB pages, as torch_npu's expandable segments
+    /// ask for it.
+    pub const fn device_huge(device: u32) -> aclrtPhysicalMemProp {
+        aclrtPhysicalMemProp {
+            handleType: ACL_MEM_HANDLE_TYPE_NONE,
+            allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+            memAttr: ACL_HBM_MEM_HUGE,
+            location: aclrtMemLocation {
+                id: device,
+                r#type: ACL_MEM_LOCATION_TYPE_DEVICE,
+            },
+            reserve: 0,
+        }
+    }
+}
+
+// The layout the header gives (a mismatch would be a silent ABI break).
+const _: () = {
+    assert!(std::mem::size_of::<aclrtMemLocation>() == 8);
+    assert!(std::mem::size_of::<aclrtPhysicalMemProp>() == 32);
+    assert!(std::mem::align_of::<aclrtPhysicalMemProp>() == 8);
+    assert!(std::mem::offset_of!(aclrtPhysicalMemProp, memAttr) == 8);
+    assert!(std::mem::offset_of!(aclrtPhysicalMemProp, location) == 12);
+    assert!(std::mem::offset_of!(aclrtPhysicalMemProp, reserve) == 24);
+};
+
+/// `aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void
+/// *expectPtr, uint64_t flags)`.
+pub type aclrtReserveMemAddress = unsafe extern "C" fn(
+    vir_ptr: *mut *mut c_void,
+    size: usize,
+    alignment: usize,
+    expect_ptr: *mut c_void,
+    flags: u64,
+) -> aclError;
+/// `aclError aclrtReleaseMemAddress(void *virPtr)`.
+pub type aclrtReleaseMemAddress = unsafe extern "C" fn(vir_ptr: *mut c_void) -> aclError;
+/// `aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const
+/// aclrtPhysicalMemProp *prop, uint64_t flags)`.
+pub type aclrtMallocPhysical = unsafe extern "C" fn(
+    handle: *mut aclrtDrvMemHandle,
+    size: usize,
+    prop: *const aclrtPhysicalMemProp,
+    flags: u64,
+) -> aclError;
+/// `aclError aclrtFreePhysical(aclrtDrvMemHandle handle)`.
+pub type aclrtFreePhysical = unsafe extern "C" fn(handle: aclrtDrvMemHandle) -> aclError;
+/// `aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle
+/// handle, uint64_t flags)`.
+pub type aclrtMapMem = unsafe extern "C" fn(
+    vir_ptr: *mut c_void,
+    size: usize,
+    offset: usize,
+    handle: aclrtDrvMemHandle,
+    flags: u64,
+) -> aclError;
+/// `aclError aclrtUnmapMem(void *virPtr)`.
+pub type aclrtUnmapMem = unsafe extern "C" fn(vir_ptr: *mut c_void) -> aclError;
+/// `aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
+/// aclrtMemGranularityOptions option, size_t *granularity)`.
+pub type aclrtMemGetAllocationGranularity = unsafe extern "C" fn(
+    prop: *mut aclrtPhysicalMemProp,
+    option: aclrtMemGranularityOptions,
+    granularity: *mut usize,
+) -> aclError;
+
 // ---- Stand-in harness hooks (exported only by the stand-in library, never by CANN) ----
 
 /// `int32_t memreuse_standin_configure(uint32_t devices, uint64_t capacity, int32_t

@@ -82,6 +82,7 @@ unsafe extern "C" fn memreuse_standin_configure(
         crate::hccl::BEHAVIOUR.store(behaviour, std::sync::atomic::Ordering::Release);
         let state = fresh_state(devices as usize, config).map_err(|_| code::INTERNAL_ERROR)?;
         *STATE.lock() = Some(state);
+        crate::vm::reset();
         Ok(())
     })
 }

@@ -28,6 +28,9 @@
 //!   `ACL_ERROR_INTERNAL_ERROR` / `HCCL_E_INTERNAL`); bad arguments return the ACL/HCCL code
 //!   the real runtime documents (null pointer, zero size, unknown handle, `count > destMax`,
 //!   misaligned device-to-device copy), device OOM returns `ACL_ERROR_RT_MEMORY_ALLOCATION`.
+//! - **Virtual memory** (`vm.rs`): `aclrtReserveMemAddress` and the rest of the
+//!   expandable-segment calls over the mock's virtual memory, with the runtime's documented
+//!   argument rules.
 //! - **Harness hooks** (`memreuse_standin_*`, see `harness.rs`): configure a fresh cluster,
 //!   allocation annotations and op labels for the race detector, delays, race reports, fault
 //!   injection, per-symbol call counters.
@@ -39,6 +42,7 @@ mod acl;
 mod events;
 mod harness;
 mod hccl;
+mod vm;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -198,6 +202,12 @@ fn insert_handle(h: Handle) -> usize {
         .get_or_insert_with(HashMap::new)
         .insert(key, h);
     key
+}
+
+/// A fresh opaque handle value from the same sequence as the handle table's keys (for
+/// tables kept elsewhere, such as physical memory handles in `vm.rs`).
+pub(crate) fn next_handle_key() -> usize {
+    NEXT_HANDLE.fetch_add(0x40, Ordering::Relaxed)
 }
 
 pub(crate) fn get_handle(key: usize) -> Option<Handle> {

@@ -1,0 +1,418 @@
+//! The optional virtual-memory interface (`memreuse_core::virtual_memory`) over ACL's
+//! `aclrtReserveMemAddress` / `aclrtMallocPhysical` / `aclrtMapMem` family, which torch_npu's
+//! expandable segments use.
+//!
+//! - **Optional symbols.** The six calls `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`,
+//!   `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtMapMem`, `aclrtUnmapMem` must all be
+//!   exported for [`memreuse_core::Capabilities::virtual_memory`] to be declared; without any
+//!   one of them every `vm_*` call is [`BackendError::Unsupported`] naming the missing
+//!   symbol. `aclrtMemGetAllocationGranularity` is optional on its own: without it the
+//!   granularity is [`FALLBACK_GRANULARITY`] (the 2 MB page of `ACL_HBM_MEM_HUGE`).
+//! - **Arguments as the runtime documents them.** Reserve with alignment 0, `expectPtr`
+//!   NULL, flags 0; physical memory is `ACL_MEM_HANDLE_TYPE_NONE`,
+//!   `ACL_MEM_ALLOCATION_TYPE_PINNED`, `ACL_HBM_MEM_HUGE` on this device, flags 0, size a
+//!   multiple of the granularity; a map covers the whole handle at offset 0, flags 0.
+//! - **Checked before any FFI call.** ACL's `aclrtUnmapMem` takes only the address and the
+//!   runtime's own refusals are status codes without a rule name, so each device keeps a
+//!   book of its reserved ranges, handles and mappings and refuses misuse (unaligned size,
+//!   unknown handle, a map outside a reserved range or over a mapping, a handle mapped
+//!   twice, an unmap that is not exactly one mapping, releasing a mapped handle or a range
+//!   with a mapping) with [`BackendError::InvalidArgument`] naming the rule. The book
+//!   changes only after the runtime succeeded, so a failed call leaves the state as it was.
+//! - **Errors** of the runtime go through [`crate::result::acl_check`]: 207001 / 207018 from
+//!   `aclrtMallocPhysical` are `OutOfMemory`, so the allocator's free-and-retry chain runs.
+//! - Handles and ranges still held when the last clone of the device drops are unmapped and
+//!   released after the device was synchronized.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::c_void;
+
+use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
+
+use crate::loader::Api;
+use crate::result::{BACKEND, acl_check, invalid};
+use crate::sys;
+
+/// The granularity used when the runtime lacks `aclrtMemGetAllocationGranularity`: the
+/// 2 MB page of `ACL_HBM_MEM_HUGE`, the unit torch_npu maps.
+pub const FALLBACK_GRANULARITY: u64 = 2 << 20;
+
+/// The smallest granularity accepted from the runtime: the allocation alignment every
+/// backend keeps (`memreuse_core::Capabilities::allocation_alignment`).
+const MIN_GRANULARITY: u64 = 256;
+
+/// The symbols without which there is no virtual-memory interface.
+pub const VM_SYMBOLS: [&str; 6] = [
+    "aclrtReserveMemAddress",
+    "aclrtReleaseMemAddress",
+    "aclrtMallocPhysical",
+    "aclrtFreePhysical",
+    "aclrtMapMem",
+    "aclrtUnmapMem",
+];
+
+/// The six required functions, resolved.
+#[derive(Clone, Copy)]
+struct Fns {
+    reserve: sys::aclrtReserveMemAddress,
+    release: sys::aclrtReleaseMemAddress,
+    malloc_physical: sys::aclrtMallocPhysical,
+    free_physical: sys::aclrtFreePhysical,
+    map: sys::aclrtMapMem,
+    unmap: sys::aclrtUnmapMem,
+}
+
+/// The first of [`VM_SYMBOLS`] the loaded runtime lacks, if any.
+pub fn missing_symbol(api: &Api) -> Option<&'static str> {
+    fns(api).err()
+}
+
+fn fns(api: &Api) -> Result<Fns, &'static str> {
+    Ok(Fns {
+        reserve: api.aclrtReserveMemAddress.ok_or(VM_SYMBOLS[0])?,
+        release: api.aclrtReleaseMemAddress.ok_or(VM_SYMBOLS[1])?,
+        malloc_physical: api.aclrtMallocPhysical.ok_or(VM_SYMBOLS[2])?,
+        free_physical: api.aclrtFreePhysical.ok_or(VM_SYMBOLS[3])?,
+        map: api.aclrtMapMem.ok_or(VM_SYMBOLS[4])?,
+        unmap: api.aclrtUnmapMem.ok_or(VM_SYMBOLS[5])?,
+    })
+}
+
+fn require(api: &Api, call: &'static str) -> Result<Fns, BackendError> {
+    fns(api).map_err(|symbol| BackendError::Unsupported {
+        backend: BACKEND.to_owned(),
+        call,
+        reason: format!(
+            "the ACL runtime loaded from {} does not export `{symbol}`, so this device has no \
+             virtual-memory interface (needed by expandable_segments:True)",
+            api.source
+        ),
+    })
+}
+
+/// One physical handle this device created.
+struct Physical {
+    bytes: u64,
+    mapped_at: Option<u64>,
+}
+
+/// What one device reserved, created and mapped (see the module docs).
+#[derive(Default)]
+pub(crate) struct VmBook {
+    granularity: Option<u64>,
+    /// Reserved ranges: base -> bytes.
+    reserved: BTreeMap<u64, u64>,
+    /// Physical handles by their runtime value.
+    handles: HashMap<u64, Physical>,
+    /// Mappings: address -> (bytes, handle).
+    mappings: BTreeMap<u64, (u64, u64)>,
+}
+
+fn ptr(addr: u64) -> *mut c_void {
+    addr as usize as *mut c_void
+}
+
+fn size_t(call: &'static str, bytes: u64) -> Result<usize, BackendError> {
+    usize::try_from(bytes).map_err(|_| invalid(call, format!("{bytes} bytes exceed size_t")))
+}
+
+/// The properties of `device`'s memory in 2 MB pages.
+fn huge_pages_of(
+    call: &'static str,
+    device: i32,
+) -> Result<sys::aclrtPhysicalMemProp, BackendError> {
+    let id = u32::try_from(device).map_err(|_| invalid(call, format!("device {device}")))?;
+    Ok(sys::aclrtPhysicalMemProp::device_huge(id))
+}
+
+impl VmBook {
+    /// The granularity (asked once): `aclrtMemGetAllocationGranularity` with the minimum
+    /// option for `ACL_HBM_MEM_HUGE` memory of `device`, else [`FALLBACK_GRANULARITY`].
+    pub(crate) fn granularity(&mut self, api: &Api, device: i32) -> Result<u64, BackendError> {
+        require(api, "vm_granularity")?;
+        if let Some(g) = self.granularity {
+            return Ok(g);
+        }
+        let g = match api.aclrtMemGetAllocationGranularity {
+            None => FALLBACK_GRANULARITY,
+            Some(f) => {
+                let mut prop = huge_pages_of("vm_granularity", device)?;
+                let mut g = 0usize;
+                // SAFETY: both pointers are valid for the call; `prop` has the header's
+                // layout (checked at compile time in `sys`).
+                let code = unsafe {
+                    f(
+                        &raw mut prop,
+                        sys::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+                        &raw mut g,
+                    )
+                };
+                acl_check(code, "aclrtMemGetAllocationGranularity", 0)?;
+                g as u64
+            }
+        };
+        // The core's rules: a power of two and a multiple of the 256-byte allocation
+        // alignment; anything else from the runtime is refused rather than passed on.
+        if !g.is_power_of_two() || g < MIN_GRANULARITY {
+            return Err(BackendError::Device {
+                backend: BACKEND.to_owned(),
+                call: "aclrtMemGetAllocationGranularity",
+                code: 0,
+                code_name: "ACL_SUCCESS".to_owned(),
+                message: format!(
+                    "the runtime reported a granularity of {g} bytes, not a power of two of \
+                     at least {MIN_GRANULARITY}"
+                ),
+            });
+        }
+        self.granularity = Some(g);
+        Ok(g)
+    }
+
+    fn aligned(
+        &mut self,
+        api: &Api,
+        device: i32,
+        call: &'static str,
+        what: &str,
+        value: u64,
+    ) -> Result<u64, BackendError> {
+        let g = self.granularity(api, device)?;
+        if value == 0 || value % g != 0 {
+            return Err(invalid(
+                call,
+                format!("{what} {value:#x} is not a non-zero multiple of the granularity {g}"),
+            ));
+        }
+        Ok(g)
+    }
+
+    /// `aclrtReserveMemAddress(&p, bytes, 0, NULL, 0)`.
+    pub(crate) fn reserve(
+        &mut self,
+        api: &Api,
+        device: i32,
+        bytes: u64,
+    ) -> Result<DevicePtr, BackendError> {
+        let f = require(api, "vm_reserve")?;
+        self.aligned(api, device, "vm_reserve", "size", bytes)?;
+        let size = size_t("vm_reserve", bytes)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; alignment 0, expectPtr NULL and flags 0 are
+        // the documented values.
+        let code = unsafe { (f.reserve)(&raw mut p, size, 0, std::ptr::null_mut(), 0) };
+        acl_check(code, "aclrtReserveMemAddress", bytes)?;
+        let base = p as usize as u64;
+        self.reserved.insert(base, bytes);
+        Ok(DevicePtr(base))
+    }
+
+    /// `aclrtReleaseMemAddress` of a reserved range with no mapping.
+    pub(crate) fn release(&mut self, api: &Api, base: DevicePtr) -> Result<(), BackendError> {
+        let f = require(api, "vm_release")?;
+        let Some(&len) = self.reserved.get(&base.addr()) else {
+            return Err(invalid(
+                "vm_release",
+                format!("{base} is not the base of a range vm_reserve returned on this device"),
+            ));
+        };
+        if let Some((&at, _)) = self.mappings.range(base.addr()..base.addr() + len).next() {
+            return Err(invalid(
+                "vm_release",
+                format!("range {base} still has a mapping at {at:#x}: vm_unmap it first"),
+            ));
+        }
+        // SAFETY: `base` is a live reservation of this runtime with nothing mapped in it.
+        let code = unsafe { (f.release)(ptr(base.addr())) };
+        acl_check(code, "aclrtReleaseMemAddress", 0)?;
+        self.reserved.remove(&base.addr());
+        Ok(())
+    }
+
+    /// `aclrtMallocPhysical` of `bytes` of `ACL_HBM_MEM_HUGE` memory on `device`.
+    pub(crate) fn create_physical(
+        &mut self,
+        api: &Api,
+        device: i32,
+        bytes: u64,
+    ) -> Result<PhysicalHandle, BackendError> {
+        let f = require(api, "vm_create_physical")?;
+        self.aligned(api, device, "vm_create_physical", "size", bytes)?;
+        let size = size_t("vm_create_physical", bytes)?;
+        let prop = huge_pages_of("vm_create_physical", device)?;
+        let mut h: sys::aclrtDrvMemHandle = std::ptr::null_mut();
+        // SAFETY: `h` is a valid out-pointer, `prop` lives for the call and has the
+        // header's layout; flags 0 is the documented value.
+        let code = unsafe { (f.malloc_physical)(&raw mut h, size, &raw const prop, 0) };
+        acl_check(code, "aclrtMallocPhysical", bytes)?;
+        let id = h as usize as u64;
+        self.handles.insert(
+            id,
+            Physical {
+                bytes,
+                mapped_at: None,
+            },
+        );
+        Ok(PhysicalHandle(id))
+    }
+
+    /// `aclrtFreePhysical` of an unmapped handle.
+    pub(crate) fn release_physical(
+        &mut self,
+        api: &Api,
+        handle: PhysicalHandle,
+    ) -> Result<(), BackendError> {
+        let f = require(api, "vm_release_physical")?;
+        match self.handles.get(&handle.0) {
+            None => {
+                return Err(invalid(
+                    "vm_release_physical",
+                    format!("{handle:?} is not a live handle of this device"),
+                ));
+            }
+            Some(Physical {
+                mapped_at: Some(at),
+                ..
+            }) => {
+                return Err(invalid(
+                    "vm_release_physical",
+                    format!("{handle:?} is still mapped at {at:#x}: vm_unmap it first"),
+                ));
+            }
+            Some(_) => {}
+        }
+        // SAFETY: a live, unmapped handle of this runtime, freed once (removed below).
+        let code = unsafe { (f.free_physical)(ptr(handle.0)) };
+        acl_check(code, "aclrtFreePhysical", 0)?;
+        self.handles.remove(&handle.0);
+        Ok(())
+    }
+
+    /// `aclrtMapMem(at, size of handle, 0, handle, 0)` inside a reserved range, over
+    /// unmapped pages.
+    pub(crate) fn map(
+        &mut self,
+        api: &Api,
+        device: i32,
+        at: DevicePtr,
+        handle: PhysicalHandle,
+    ) -> Result<(), BackendError> {
+        let f = require(api, "vm_map")?;
+        self.aligned(api, device, "vm_map", "address", at.addr())?;
+        let bytes = match self.handles.get(&handle.0) {
+            None => {
+                return Err(invalid(
+                    "vm_map",
+                    format!("{handle:?} is not a live handle of this device"),
+                ));
+            }
+            Some(Physical {
+                mapped_at: Some(other),
+                ..
+            }) => {
+                return Err(invalid(
+                    "vm_map",
+                    format!("{handle:?} is already mapped at {other:#x}"),
+                ));
+            }
+            Some(p) => p.bytes,
+        };
+        let end = at
+            .addr()
+            .checked_add(bytes)
+            .ok_or_else(|| invalid("vm_map", format!("{at}+{bytes} overflows")))?;
+        let inside = self
+            .reserved
+            .range(..=at.addr())
+            .next_back()
+            .is_some_and(|(&base, &len)| end <= base + len);
+        if !inside {
+            return Err(invalid(
+                "vm_map",
+                format!("{bytes} bytes at {at} are not inside one range vm_reserve returned"),
+            ));
+        }
+        let below = self.mappings.range(..at.addr()).next_back();
+        let overlaps_below = below.is_some_and(|(&m, &(len, _))| m + len > at.addr());
+        if overlaps_below || self.mappings.range(at.addr()..end).next().is_some() {
+            return Err(invalid(
+                "vm_map",
+                format!("{bytes} bytes at {at} overlap a mapping: vm_unmap it first"),
+            ));
+        }
+        let size = size_t("vm_map", bytes)?;
+        // SAFETY: `at` lies in a live reservation with no mapping over the range, the handle
+        // is live and unmapped, and the size is the handle's (offset 0, flags 0: the
+        // documented values).
+        let code = unsafe { (f.map)(ptr(at.addr()), size, 0, ptr(handle.0), 0) };
+        acl_check(code, "aclrtMapMem", 0)?;
+        self.mappings.insert(at.addr(), (bytes, handle.0));
+        if let Some(p) = self.handles.get_mut(&handle.0) {
+            p.mapped_at = Some(at.addr());
+        }
+        Ok(())
+    }
+
+    /// `aclrtUnmapMem` of exactly one earlier mapping (`bytes` must be its size).
+    pub(crate) fn unmap(
+        &mut self,
+        api: &Api,
+        at: DevicePtr,
+        bytes: u64,
+    ) -> Result<(), BackendError> {
+        let f = require(api, "vm_unmap")?;
+        let handle = match self.mappings.get(&at.addr()) {
+            Some(&(len, h)) if len == bytes => h,
+            Some(&(len, _)) => {
+                return Err(invalid(
+                    "vm_unmap",
+                    format!(
+                        "the mapping at {at} is {len} bytes, not {bytes}: unmap whole mappings"
+                    ),
+                ));
+            }
+            None => {
+                return Err(invalid(
+                    "vm_unmap",
+                    format!("{at} is not the address of a vm_map on this device"),
+                ));
+            }
+        };
+        // SAFETY: `at` is a live mapping of this runtime; the caller guarantees no enqueued
+        // work still uses it (the `Backend::vm_unmap` contract).
+        let code = unsafe { (f.unmap)(ptr(at.addr())) };
+        acl_check(code, "aclrtUnmapMem", 0)?;
+        self.mappings.remove(&at.addr());
+        if let Some(p) = self.handles.get_mut(&handle) {
+            p.mapped_at = None;
+        }
+        Ok(())
+    }
+
+    /// Unmaps, frees and releases everything still held (the device was synchronized).
+    /// Failures are logged: nothing can be reported from a drop.
+    pub(crate) fn release_all(&mut self, api: &Api) {
+        let mappings: Vec<(u64, u64)> = self
+            .mappings
+            .iter()
+            .map(|(&at, &(len, _))| (at, len))
+            .collect();
+        for (at, len) in mappings {
+            if let Err(e) = self.unmap(api, DevicePtr(at), len) {
+                tracing::warn!(%e, "unmapping a page left mapped at drop failed");
+            }
+        }
+        let handles: Vec<u64> = self.handles.keys().copied().collect();
+        for h in handles {
+            if let Err(e) = self.release_physical(api, PhysicalHandle(h)) {
+                tracing::warn!(%e, "freeing a physical handle left at drop failed");
+            }
+        }
+        let ranges: Vec<u64> = self.reserved.keys().copied().collect();
+        for base in ranges {
+            if let Err(e) = self.release(api, DevicePtr(base)) {
+                tracing::warn!(%e, "releasing a range left reserved at drop failed");
+            }
+        }
+    }
+}
