@@ -137,6 +137,14 @@ while read -r rel; do
   esac
 done < "$art/manifest.txt"
 
+# The virtual-memory bindings (cuMemAddressReserve .. cuMemAddressFree) have never run on a
+# GPU before: their test's verdict and the granularity get a summary line of their own.
+if [ -f "$OUT/test-gpu.txt" ]; then
+  vm_line=$(grep -E '^test virtual_memory_on_the_device' "$OUT/test-gpu.txt" | head -1)
+  vm_gran=$(grep -o 'virtual memory: granularity [0-9]* bytes' "$OUT/test-gpu.txt" | head -1)
+  note "virtual memory: ${vm_line:-test virtual_memory_on_the_device did not run} ${vm_gran}"
+fi
+
 # The launch test again, through the opt-in non-blocking NCCL init with a deadline.
 if [ -x "$art/tests/gpu" ]; then
   step test-gpu-nonblocking-init.txt 60 env MEMREUSE_NCCL_INIT_TIMEOUT_S=60 "$art/tests/gpu" \

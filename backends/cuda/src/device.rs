@@ -19,10 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, result};
-use memreuse_core::{Backend, BackendError, DevicePtr, MemoryInfo, StreamId};
+use memreuse_core::{Backend, BackendError, DevicePtr, MemoryInfo, PhysicalHandle, StreamId};
 use parking_lot::Mutex;
 
 use crate::error::{self, BACKEND_NAME};
+use crate::virtual_memory::{self as vm, DeviceVm};
 
 /// Longest `delay` honoured; longer ones are clamped.
 pub const MAX_DELAY: Duration = Duration::from_secs(10);
@@ -72,6 +73,8 @@ struct Inner {
     default_stream: CudaStreamHandle,
     /// Live raw allocations: start address -> length.
     allocations: Mutex<BTreeMap<u64, u64>>,
+    /// Virtual memory: support, reserved ranges, handles, mappings (`virtual_memory.rs`).
+    vm: Mutex<DeviceVm>,
 }
 
 impl Drop for Inner {
@@ -79,7 +82,8 @@ impl Drop for Inner {
         // Memory the caller never freed goes back to the driver once the device is idle.
         // Errors cannot be reported from a drop; the context records them (cudarc).
         let live = std::mem::take(&mut *self.allocations.lock());
-        if live.is_empty() || self.ctx.bind_to_thread().is_err() {
+        let vm = self.vm.get_mut();
+        if (live.is_empty() && !vm.holds_anything()) || self.ctx.bind_to_thread().is_err() {
             return;
         }
         let _ = self.ctx.synchronize();
@@ -88,6 +92,7 @@ impl Drop for Inner {
             // (so it is freed once), and the device is idle (synchronized above).
             let _ = unsafe { result::free_sync(ptr) };
         }
+        vm.release_all();
     }
 }
 
@@ -133,6 +138,7 @@ impl CudaDevice {
             let raw = ctx
                 .new_stream()
                 .map_err(|e| error::driver("cuStreamCreate", e))?;
+            let support = vm::query_support(ctx.cu_device(), ordinal);
             Ok(CudaDevice {
                 inner: Arc::new(Inner {
                     ordinal,
@@ -142,6 +148,7 @@ impl CudaDevice {
                         raw,
                     },
                     allocations: Mutex::new(BTreeMap::new()),
+                    vm: Mutex::new(DeviceVm::new(support, ordinal)),
                 }),
             })
         })
@@ -160,7 +167,8 @@ impl CudaDevice {
             .map_err(|e| error::driver("cuCtxSetCurrent", e))
     }
 
-    /// Checks that `[ptr, ptr + bytes)` lies inside one live allocation.
+    /// Checks that `[ptr, ptr + bytes)` lies inside one live allocation, or in pages mapped
+    /// by `vm_map` (possibly several adjacent mappings).
     pub fn check_range(
         &self,
         call: &'static str,
@@ -174,6 +182,7 @@ impl CudaDevice {
         let live = self.inner.allocations.lock();
         match live.range(..=ptr.addr()).next_back() {
             Some((&start, &len)) if end <= start + len => Ok(()),
+            _ if self.inner.vm.lock().covers(ptr.addr(), end) => Ok(()),
             _ => Err(error::invalid(
                 call,
                 format!(
@@ -209,6 +218,12 @@ impl Backend for CudaDevice {
 
     fn device_index(&self) -> usize {
         self.inner.ordinal
+    }
+
+    fn capabilities(&self) -> memreuse_core::Capabilities {
+        let mut c = memreuse_core::Capabilities::default();
+        c.virtual_memory = self.inner.vm.lock().supported();
+        c
     }
 
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
@@ -429,6 +444,41 @@ impl Backend for CudaDevice {
             )
         }
         .map_err(|e| error::driver("cuMemcpyDtoDAsync", e))
+    }
+
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().granularity()
+    }
+
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().reserve(bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().release(base)
+    }
+
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().create_physical(bytes)
+    }
+
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().release_physical(handle)
+    }
+
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().map(at, handle)
+    }
+
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.bind()?;
+        self.inner.vm.lock().unmap(at, bytes)
     }
 
     /// Best effort: enqueues a host function (`cuLaunchHostFunc`) that sleeps `micros`

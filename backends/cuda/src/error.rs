@@ -96,14 +96,21 @@ pub(crate) fn driver(call: &'static str, e: DriverError) -> BackendError {
 
 /// `cuMemAlloc`'s error: out of memory is the allocator's retry signal.
 pub(crate) fn alloc(requested: u64, e: DriverError) -> BackendError {
+    out_of_memory_or("cuMemAlloc", requested, e)
+}
+
+/// The error of a call that allocates (`cuMemAlloc`, `cuMemCreate`, `cuMemAddressReserve`):
+/// `CUDA_ERROR_OUT_OF_MEMORY` is [`BackendError::OutOfMemory`], anything else a `Device`
+/// error naming `call`.
+pub(crate) fn out_of_memory_or(call: &'static str, requested: u64, e: DriverError) -> BackendError {
     if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
         BackendError::OutOfMemory {
             backend: BACKEND_NAME.to_owned(),
             requested,
-            detail: format!("{:?}", e.0),
+            detail: format!("{call}: {:?}", e.0),
         }
     } else {
-        driver("cuMemAlloc", e)
+        driver(call, e)
     }
 }
 

@@ -4,6 +4,7 @@
 //! | item | what |
 //! |---|---|
 //! | [`CudaDevice`] | one GPU: `cuMemAlloc`/`cuMemFree`, non-blocking streams, disable-timing events, async memset/copies |
+//! | [`CudaDevice`]'s `vm_*` | virtual memory (`cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`/`cuMemAddressFree`), declared only where the device supports it; never run on a GPU yet |
 //! | [`NcclCommunicator`] | one rank of an NCCL communicator (`ncclAlltoAll` on NCCL 2.28+, grouped send/recv before) |
 //! | [`open_cuda_world`] | every rank in this process, one device each (`ncclCommInitAll`) |
 //! | [`open_rank_from_env`] | one rank per process: torchrun's variables, NCCL id through the TCP store |
@@ -23,6 +24,8 @@ mod nccl_args;
 mod nccl_init;
 mod p2p;
 mod registry;
+mod virtual_memory;
+mod vm_book;
 mod world;
 
 pub use comm::{NCCL_ALLTOALL_VERSION, NcclCommunicator, nccl_version};

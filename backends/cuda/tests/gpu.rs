@@ -167,6 +167,102 @@ fn the_caching_allocator_runs_on_cuda() {
     drop(y);
 }
 
+/// The virtual-memory interface on the device (`cuMemAddressReserve` .. `cuMemAddressFree`):
+/// declared where the device supports it, the contract kit's `virtual_memory` check, one
+/// access over two adjacent mappings, unmapped pages refused, misuse refused, `cuMemCreate`
+/// beyond the device is the typed OOM, and an allocator with `expandable_segments:True`.
+#[test]
+fn virtual_memory_on_the_device() {
+    if gpus(1).is_none() {
+        return;
+    }
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    if !d.capabilities().virtual_memory {
+        let e = d.vm_reserve(2 << 20).expect_err("not declared");
+        assert!(matches!(e, BackendError::Unsupported { .. }), "{e:?}");
+        // Fails instead with MEMREUSE_REQUIRE_DEVICE=1: every GPU a runner has supports it.
+        memreuse_core::testing::skip_without_device(&format!("no virtual memory: {e}"));
+        return;
+    }
+    let g = d.vm_granularity().expect("granularity");
+    println!("virtual memory: granularity {g} bytes");
+    assert!(g.is_power_of_two());
+    let report = memreuse_core::testing::contract::check_backend(
+        &d,
+        &memreuse_core::testing::contract::ContractOptions::default(),
+    );
+    report.assert_passed();
+    assert!(report.passed.contains(&"virtual_memory"), "{report:?}");
+
+    let base = d.vm_reserve(8 * g).expect("reserve");
+    let (a, b) = (
+        d.vm_create_physical(g).expect("create"),
+        d.vm_create_physical(g).expect("create"),
+    );
+    d.vm_map(base, a).expect("map a");
+    d.vm_map(base.offset(g), b).expect("map b");
+    let s = d.create_stream().expect("stream");
+    let across = base.offset(g - 512);
+    let data: Vec<u8> = (0..1024u32).map(|i| (i % 253) as u8).collect();
+    d.copy_host_to_device(across, &data, &s)
+        .expect("h2d over two mappings");
+    d.copy_device_to_device(base.offset(2 * g - 1024), across, 1024, &s)
+        .expect("d2d");
+    let mut out = vec![0u8; 1024];
+    d.copy_device_to_host(&mut out, base.offset(2 * g - 1024), &s)
+        .expect("d2h");
+    assert_eq!(out, data);
+    d.memset_zero(across, 1024, &s)
+        .expect("memset over two mappings");
+    d.copy_device_to_host(&mut out, across, &s).expect("d2h");
+    assert!(out.iter().all(|x| *x == 0));
+    for (what, r) in [
+        ("unmapped page", d.memset_zero(base.offset(2 * g), 64, &s)),
+        (
+            "past the mapping",
+            d.memset_zero(base.offset(2 * g - 32), 64, &s),
+        ),
+        ("part of a mapping", d.vm_unmap(base, g / 2)),
+        ("mapped handle", d.vm_release_physical(a)),
+        ("range with mappings", d.vm_release(base)),
+    ] {
+        assert!(
+            matches!(r, Err(BackendError::InvalidArgument { .. })),
+            "{what}: {r:?}"
+        );
+    }
+    let total = d.memory_info().expect("info").total;
+    let too_much = (total * 4).next_multiple_of(g);
+    match d.vm_create_physical(too_much) {
+        Err(e) => assert!(e.is_out_of_memory(), "{e:?}"),
+        Ok(h) => {
+            d.vm_release_physical(h).expect("release");
+            panic!("created 4x the device");
+        }
+    }
+    d.synchronize_stream(&s).expect("sync");
+    d.vm_unmap(base, g).expect("unmap a");
+    d.vm_unmap(base.offset(g), g).expect("unmap b");
+    assert!(matches!(
+        d.memset_zero(base, 64, &s),
+        Err(BackendError::InvalidArgument { .. })
+    ));
+    d.vm_release_physical(a).expect("release a");
+    d.vm_release_physical(b).expect("release b");
+    d.vm_release(base).expect("release range");
+
+    let config = AllocatorConfig::parse("expandable_segments:True").expect("config");
+    let alloc = CachingAllocator::try_new(Arc::clone(&d), config).expect("expandable allocator");
+    let x = alloc.allocate(3 << 20, &s).expect("allocate");
+    d.copy_host_to_device(x.ptr(), &bytes(&[2.5; 16]), &s)
+        .expect("h2d");
+    let mut out = vec![0u8; 64];
+    d.copy_device_to_host(&mut out, x.ptr(), &s).expect("d2h");
+    assert_eq!(f32s(&out), vec![2.5; 16]);
+    drop(x);
+    alloc.empty_cache().expect("empty_cache");
+}
+
 /// Runs `f(rank, comm)` on one thread per rank of an in-process world. Each thread owns
 /// and drops its rank (`ncclCommDestroy` may wait for the other ranks' destroys).
 fn per_rank(world: usize, f: impl Fn(usize, &NcclCommunicator) + Sync) {
