@@ -12,17 +12,30 @@
 //! | `vm_map` | `cuMemMap(at, size, 0, h, 0)` then `cuMemSetAccess(at, size, {device, READWRITE})` (on failure the map is undone) |
 //! | `vm_unmap` | `cuMemUnmap(at, size)` |
 //!
-//! The capability is declared only when `cuDeviceGetAttribute(
-//! CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)` is non-zero; otherwise every
-//! call is `BackendError::Unsupported` giving the attribute's value (or why it could not be
-//! read). Misuse is refused before the driver sees it (`vm_book.rs`), each call runs under
-//! [`error::guard`] (cudarc panics on a symbol the driver lacks), `CUDA_ERROR_OUT_OF_MEMORY`
-//! from `cuMemCreate` is `OutOfMemory` (the allocator's retry chain), other failures are
-//! `Device` errors naming the call. Mapped ranges count as live memory for the device's
-//! address checks (`CudaDevice::check_range`), and one access may span adjacent mappings.
+//! - **Capability.** Declared only when `cuDeviceGetAttribute(
+//!   CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)` is non-zero (read once at
+//!   open); otherwise every call is `BackendError::Unsupported` giving the attribute's value
+//!   or why it could not be read.
+//! - **Checks before the driver** (`vm_book.rs`, each an `InvalidArgument` naming the rule):
+//!   sizes and addresses non-zero multiples of the granularity; a map of a live, unmapped
+//!   handle, whole, inside one reserved range, over no mapping; an unmap of exactly one
+//!   whole mapping; a handle released only unmapped; a range released only by its base and
+//!   with nothing mapped. The book changes only after the driver succeeded, so a refused or
+//!   failed call leaves the state as it was (a failed `cuMemSetAccess` undoes its map).
+//! - **Errors.** Each call runs under [`error::guard`] (cudarc panics on a symbol the driver
+//!   lacks: `Unavailable`, never a panic); `CUDA_ERROR_OUT_OF_MEMORY` from `cuMemCreate` or
+//!   `cuMemAddressReserve` is `OutOfMemory` (the allocator's retry chain); other failures are
+//!   `Device` errors naming the call.
+//! - **Access.** Mapped pages count as live memory for the device's address checks
+//!   (`CudaDevice::check_range`); one access may span adjacent mappings, not a hole.
+//! - **Drop.** What is left mapped, created or reserved is released after the context was
+//!   synchronized.
 //!
-//! Not yet run on a GPU: `tests/gpu.rs` (`virtual_memory_on_the_device`) is the check
-//! `scripts/gpu-check.sh` runs where one is present.
+//! What ran where: the bookkeeping's unit tests run everywhere (`vm_book::tests`); the
+//! driver calls have **not yet run on a GPU**. `tests/gpu.rs`
+//! (`virtual_memory_on_the_device`: the contract kit's `virtual_memory` check, an access over
+//! two mappings, refusals, the typed OOM, an allocator with `expandable_segments:True`) is
+//! what `scripts/gpu-check.sh` runs where one is present, with its own summary line.
 
 use cudarc::driver::sys;
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};

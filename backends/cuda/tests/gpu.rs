@@ -187,10 +187,13 @@ fn virtual_memory_on_the_device() {
     let g = d.vm_granularity().expect("granularity");
     println!("virtual memory: granularity {g} bytes");
     assert!(g.is_power_of_two());
-    let report = memreuse_core::testing::contract::check_backend(
-        &d,
-        &memreuse_core::testing::contract::ContractOptions::default(),
-    );
+    let total = d.memory_info().expect("info").total;
+    let options = memreuse_core::testing::contract::ContractOptions {
+        oom_request: Some(total.saturating_mul(4)),
+        checks_addresses: true,
+        ..Default::default()
+    };
+    let report = memreuse_core::testing::contract::check_backend(&d, &options);
     report.assert_passed();
     assert!(report.passed.contains(&"virtual_memory"), "{report:?}");
 
@@ -231,8 +234,7 @@ fn virtual_memory_on_the_device() {
             "{what}: {r:?}"
         );
     }
-    let total = d.memory_info().expect("info").total;
-    let too_much = (total * 4).next_multiple_of(g);
+    let too_much = total.saturating_mul(4).next_multiple_of(g);
     match d.vm_create_physical(too_much) {
         Err(e) => assert!(e.is_out_of_memory(), "{e:?}"),
         Ok(h) => {
