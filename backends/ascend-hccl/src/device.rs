@@ -257,6 +257,16 @@ impl AscendDevice {
         self.inner.events.live()
     }
 
+    /// Binds the device, then runs `f` on its virtual-memory book (held for the call, so
+    /// the book and the runtime change together).
+    fn vm<R>(
+        &self,
+        f: impl FnOnce(&mut VmBook, &'static Api, i32) -> Result<R, BackendError>,
+    ) -> Result<R, BackendError> {
+        self.bind()?;
+        f(&mut self.inner.vm.lock(), self.inner.api, self.inner.device)
+    }
+
     fn release_staging(&self, only: Option<&AscendStream>) {
         let mut staging = self.inner.staging.lock();
         let (done, keep): (Vec<_>, Vec<_>) = staging
@@ -603,48 +613,31 @@ impl Backend for AscendDevice {
     }
 
     fn vm_granularity(&self) -> Result<u64, BackendError> {
-        self.bind()?;
-        let d = self.inner.device;
-        self.inner.vm.lock().granularity(self.inner.api, d)
+        self.vm(VmBook::granularity)
     }
 
     fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
-        self.bind()?;
-        let d = self.inner.device;
-        self.inner.vm.lock().reserve(self.inner.api, d, bytes)
+        self.vm(|book, api, d| book.reserve(api, d, bytes))
     }
 
     fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
-        self.bind()?;
-        self.inner.vm.lock().release(self.inner.api, base)
+        self.vm(|book, api, _| book.release(api, base))
     }
 
     fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
-        self.bind()?;
-        let d = self.inner.device;
-        self.inner
-            .vm
-            .lock()
-            .create_physical(self.inner.api, d, bytes)
+        self.vm(|book, api, d| book.create_physical(api, d, bytes))
     }
 
     fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
-        self.bind()?;
-        self.inner
-            .vm
-            .lock()
-            .release_physical(self.inner.api, handle)
+        self.vm(|book, api, _| book.release_physical(api, handle))
     }
 
     fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
-        self.bind()?;
-        let d = self.inner.device;
-        self.inner.vm.lock().map(self.inner.api, d, at, handle)
+        self.vm(|book, api, d| book.map(api, d, at, handle))
     }
 
     fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
-        self.bind()?;
-        self.inner.vm.lock().unmap(self.inner.api, at, bytes)
+        self.vm(|book, api, _| book.unmap(api, at, bytes))
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
