@@ -92,10 +92,12 @@ struct RankState<'s> {
     works: HashMap<String, Work<B>>,
 }
 
-/// Runs every op of `rank` and tears everything down.
+/// Runs every op of `rank` on `allocator` (opened by the replay with the run's
+/// configuration) and tears everything down.
 pub(crate) fn run_rank(
     schedule: &Schedule,
     endpoint: RankEndpoint,
+    allocator: &Arc<CachingAllocator<B>>,
     expected: &[crate::reference::CheckResult],
     options: &ReplayOptions,
 ) -> RankOutcome {
@@ -104,13 +106,8 @@ pub(crate) fn run_rank(
         rank,
         ..RankOutcome::default()
     };
-    let backend = endpoint.backend.clone();
-    let allocator = CachingAllocator::new(
-        Arc::new(backend.clone()),
-        Capture::allocator_config(options),
-    );
     let mut capture = Capture::new(options);
-    let mut state = match RankState::new(schedule, endpoint, Arc::clone(&allocator), options) {
+    let mut state = match RankState::new(schedule, endpoint, Arc::clone(allocator), options) {
         Ok(s) => s,
         Err(e) => return RankOutcome::failed(rank, e),
     };
@@ -169,9 +166,10 @@ pub(crate) fn run_rank(
     }
     if let Some(c) = capture {
         let mode = options.mode.name();
-        let stem = artifact_stem(&schedule.name, &options.backend, &mode, rank);
+        let conf = options.alloc_conf.as_ref().map(|c| c.text.as_str());
+        let stem = artifact_stem(&schedule.name, &options.backend, &mode, conf, rank);
         let (spans, metrics) = state.observations();
-        let (files, errors) = c.finish(&stem, rank, &allocator, &spans, &metrics);
+        let (files, errors) = c.finish(&stem, rank, allocator, &spans, &metrics);
         out.artifacts = files;
         out.artifact_errors = errors;
     }

@@ -28,6 +28,8 @@ pub struct MemorySeries {
     pub backend: String,
     /// Mode name.
     pub mode: String,
+    /// The run's allocator configuration (`None`: the default).
+    pub alloc_conf: Option<String>,
     /// Per rank, per op: (allocated bytes, reserved bytes).
     pub per_rank: Vec<Vec<(u64, u64)>>,
 }
@@ -383,7 +385,10 @@ pub fn render_html(
                 escape(detail),
                 if has_files {
                     let files = artifacts.iter().find(|a| {
-                        a.schedule == r.schedule && a.backend == r.backend && a.mode == r.mode
+                        a.schedule == r.schedule
+                            && a.backend == r.backend
+                            && a.mode == r.mode
+                            && a.alloc_conf == r.alloc_conf
                     });
                     format!("<td class=l>{}</td>", artifact_cell(files))
                 } else {
@@ -477,6 +482,7 @@ mod tests {
             schedule: "a<b".into(),
             backend: "mock".into(),
             mode: "2".into(),
+            alloc_conf: None,
             per_rank: vec![vec![(0, 0), (1 << 20, 2 << 20), (0, 2 << 20)]],
         };
         let page = render_html(&report, &[series], &[], &RunMeta::default());
@@ -499,6 +505,7 @@ mod tests {
                 schedule: "s".into(),
                 backend: "mock".into(),
                 mode: mode.into(),
+                alloc_conf: None,
                 per_rank: vec![vec![(0, 2 << 20), (1 << 20, 4 << 20)]],
             });
         }
@@ -523,6 +530,7 @@ mod tests {
             schedule: "s".into(),
             backend: "mock".into(),
             mode: "0".into(),
+            alloc_conf: None,
             links: vec![
                 ArtifactLink {
                     kind: "snapshot",
@@ -578,6 +586,7 @@ mod tests {
                 schedule: "s".into(),
                 backend: "mock".into(),
                 mode: mode.into(),
+                alloc_conf: None,
                 per_rank: vec![if moving {
                     vec![(0, 2 << 20), (1 << 20, 4 << 20)]
                 } else {

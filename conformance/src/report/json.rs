@@ -163,6 +163,10 @@ pub struct RunRecord {
     /// (`--deterministic`, `--device-memory`; optional field added by memreuse).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignored_options: Vec<String>,
+    /// The allocator configuration the run used, as given to `--alloc-conf` or in
+    /// `MEMREUSE_ALLOC_CONF` (optional field added by memreuse; absent for the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
 }
 
 /// The runner's judgement of one negative-control run against its schedule's declaration.
@@ -261,6 +265,7 @@ impl RunRecord {
             race_checker: None,
             negative_control_verdict: None,
             ignored_options: Vec::new(),
+            alloc_conf: None,
         }
     }
 
