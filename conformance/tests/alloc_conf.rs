@@ -145,6 +145,14 @@ fn each_flag_is_another_set_of_runs_and_artifacts_never_collide() {
         ]
     );
     assert!(r[0].get("alloc_conf").is_none(), "absent for the default");
+    // Device calls are recorded for every configuration (at least one allocation each).
+    for run in &r {
+        assert!(
+            run["device_alloc_calls"].as_u64().is_some_and(|n| n >= 1),
+            "{run}"
+        );
+        assert!(run["device_free_calls"].as_u64().is_some(), "{run}");
+    }
     let digests: Vec<&str> = r.iter().map(|r| r["digest"].as_str().unwrap()).collect();
     assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
     // Rounding to powers of two changes what the second tensor reserves.

@@ -331,6 +331,8 @@ pub fn replay(
         record.shelf_unstashed_by_watchdog += o.shelf_unstashed_by_watchdog;
         record.alloc_retries += o.alloc_retries;
         record.ooms += o.ooms;
+        *record.device_alloc_calls.get_or_insert(0) += o.device_alloc_calls;
+        *record.device_free_calls.get_or_insert(0) += o.device_free_calls;
         if let Some(e) = &o.error {
             errors.push(format!("rank {}: {e}", o.rank));
         }

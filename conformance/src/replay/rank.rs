@@ -46,6 +46,10 @@ pub struct RankOutcome {
     pub alloc_retries: u64,
     /// Counter.
     pub ooms: u64,
+    /// Device allocation calls of the allocator (`AllocatorStats::num_device_alloc`).
+    pub device_alloc_calls: u64,
+    /// Device free calls of the allocator (`AllocatorStats::num_device_free`).
+    pub device_free_calls: u64,
     /// (allocated, reserved) after every op.
     pub series: Vec<(u64, u64)>,
     /// Wall time of each body iteration.
@@ -187,6 +191,8 @@ pub(crate) fn run_rank(
     out.erase_stream_calls = stats.erase_stream_calls;
     out.alloc_retries = stats.num_alloc_retries;
     out.ooms = stats.num_ooms;
+    out.device_alloc_calls = stats.num_device_alloc;
+    out.device_free_calls = stats.num_device_free;
     out.shelf_stashes = pg_stats.0;
     out.shelf_unstashed_by_watchdog = pg_stats.1;
     out

@@ -167,6 +167,15 @@ pub struct RunRecord {
     /// `MEMREUSE_ALLOC_CONF` (optional field added by memreuse; absent for the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_conf: Option<String>,
+    /// Device allocation calls the allocators made, summed over ranks (optional field added
+    /// by memreuse; absent on runs that did not start): what a configuration costs in
+    /// device calls beside what it saves in reserved bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_alloc_calls: Option<u64>,
+    /// Device free calls the allocators made, summed over ranks (optional field added by
+    /// memreuse; absent on runs that did not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free_calls: Option<u64>,
 }
 
 /// The runner's judgement of one negative-control run against its schedule's declaration.
@@ -266,6 +275,8 @@ impl RunRecord {
             negative_control_verdict: None,
             ignored_options: Vec::new(),
             alloc_conf: None,
+            device_alloc_calls: None,
+            device_free_calls: None,
         }
     }
 
