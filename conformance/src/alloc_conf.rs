@@ -46,7 +46,7 @@ pub enum ConfSource {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AllocConfError {
     /// The string does not parse; `error` names the key and what is valid.
-    #[error("{}: {error}", match origin { ConfSource::Flag => format!("--alloc-conf `{value}`"), ConfSource::Env => format!("{ALLOC_CONF_ENV}=`{value}`") })]
+    #[error("{}: {}", match origin { ConfSource::Flag => format!("--alloc-conf `{value}`"), ConfSource::Env => format!("{ALLOC_CONF_ENV}=`{value}`") }, detail(error))]
     Invalid {
         /// Flag or variable.
         origin: ConfSource,
@@ -71,6 +71,16 @@ pub enum AllocConfError {
         /// Their common [`tag_hash`].
         tag: String,
     },
+}
+
+/// `error`'s message without the `MEMREUSE_ALLOC_CONF: ` it starts with (the runner names
+/// the source itself).
+fn detail(error: &ConfigError) -> String {
+    let text = error.to_string();
+    match text.strip_prefix(&format!("{ALLOC_CONF_ENV}: ")) {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
 }
 
 /// The configurations to run under: one per distinct `--alloc-conf` value (in order; an
@@ -282,7 +292,10 @@ mod tests {
             }
         ));
         let msg = e.to_string();
-        assert!(msg.starts_with("MEMREUSE_ALLOC_CONF=`bogus:1`: "), "{msg}");
+        assert!(
+            msg.starts_with("MEMREUSE_ALLOC_CONF=`bogus:1`: unknown key"),
+            "{msg}"
+        );
         assert!(
             msg.contains("unknown key `bogus`") && msg.contains("valid keys"),
             "{msg}"

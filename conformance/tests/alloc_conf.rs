@@ -74,7 +74,7 @@ fn a_malformed_variable_is_a_usage_error_with_the_typed_message() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("MEMREUSE_ALLOC_CONF=`bogus:1`: MEMREUSE_ALLOC_CONF: unknown key `bogus` (valid keys: max_split_size_mb,"),
+        err.contains("memreuse-conformance: MEMREUSE_ALLOC_CONF=`bogus:1`: unknown key `bogus` (valid keys: max_split_size_mb,"),
         "{err}"
     );
     assert!(!d.join("report.json").exists(), "nothing ran");
