@@ -363,16 +363,20 @@ mod tests {
 
     #[test]
     fn a_backend_without_virtual_memory_is_refused_by_try_new_and_skipped() {
-        // ManualBackend declares no virtual memory: the path the runner takes on such a
-        // backend, through the real `try_new`.
-        let b = std::sync::Arc::new(memreuse_core::testing::ManualBackend::new(1 << 20));
+        // ManualBackend declares no virtual memory: the replay's own call, through the
+        // real `try_new`, skips the run; without the key it opens one allocator per rank.
+        let b = AnyBackend::new(memreuse_core::testing::ManualBackend::new(1 << 20));
+        let backends = [b.clone(), b];
         let conf = resolve(&["expandable_segments:True".to_owned()], None).unwrap();
         let conf = conf[0].as_ref();
-        let e = CachingAllocator::try_new(b, conf.unwrap().config.clone()).err();
-        let refusal = classify(conf, &e.expect("refused"));
-        assert!(
-            matches!(&refusal, OpenRefusal::Skip(r) if is_unsupported_config(r)),
-            "{refusal:?}"
-        );
+        let refusal = open_allocators(&backends, conf, &conf.unwrap().config).err();
+        let Some(OpenRefusal::Skip(reason)) = refusal else {
+            panic!("{refusal:?}");
+        };
+        assert!(is_unsupported_config(&reason), "{reason}");
+        let other = resolve(&["max_split_size_mb:20".to_owned()], None).unwrap();
+        let other = other[0].as_ref();
+        let opened = open_allocators(&backends, other, &other.unwrap().config).ok();
+        assert_eq!(opened.map(|a| a.len()), Some(2));
     }
 }
