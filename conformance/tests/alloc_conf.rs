@@ -84,6 +84,7 @@ fn a_malformed_variable_is_a_usage_error_with_the_typed_message() {
     let r = runs(&d);
     assert_eq!(r.len(), 1);
     assert_eq!(r[0]["alloc_conf"], "max_split_size_mb:20");
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -97,6 +98,7 @@ fn a_malformed_flag_names_the_key_and_what_is_valid() {
             && err.contains("`roundup_power2_divisions` must be a power of two up to 64"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -112,6 +114,7 @@ fn the_flag_wins_over_the_variable() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0]["alloc_conf"], "max_split_size_mb:20");
     assert_eq!(r[0]["status"], "passed");
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -197,4 +200,5 @@ fn each_flag_is_another_set_of_runs_and_artifacts_never_collide() {
     for n in linked {
         assert_eq!(page.matches(n.as_str()).count(), 1, "{n} linked once");
     }
+    let _ = std::fs::remove_dir_all(&d);
 }
