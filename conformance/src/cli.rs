@@ -101,6 +101,11 @@ pub struct RunArgs {
     /// devices are counted, not failed.
     #[arg(long = "require-backend", value_name = "NAME")]
     pub require_backends: Vec<String>,
+    /// Allocator configuration, in `MEMREUSE_ALLOC_CONF` syntax (repeatable: each value is
+    /// another set of runs; an empty value is the default configuration). When given,
+    /// `MEMREUSE_ALLOC_CONF` is not read; otherwise the runner uses it.
+    #[arg(long = "alloc-conf", value_name = "STRING")]
+    pub alloc_confs: Vec<String>,
 }
 
 /// Arguments of `generate`.

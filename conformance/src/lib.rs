@@ -27,6 +27,7 @@
 //! assert_eq!(valid.reference.digest, "9d15e2948ee6df12");
 //! ```
 
+pub mod alloc_conf;
 pub mod cli;
 pub mod generate;
 pub mod race_check;

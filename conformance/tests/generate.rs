@@ -303,3 +303,43 @@ fn accepted_options_always_give_valid_schedules() {
         assert!(e.to_string().contains("above the limit"), "{e}");
     }
 }
+
+/// The eight-then-four pattern of the expandable-segments measurements: one rank, eight
+/// 16 MiB tensors live at once and freed, then four 32 MiB, under a 200 MiB device.
+#[test]
+fn eight_then_four_is_the_measured_pattern() {
+    let v = assert_valid("eight-then-four", &GenOptions::default());
+    let s = &v.schedule;
+    assert_eq!(s.world_size, 1);
+    assert_eq!(s.device_memory, Some(200 << 20));
+    // 128 MiB live at either peak, plus the 16 KiB probes.
+    let live = v.reference.live_peak_bytes;
+    assert!(
+        (128 << 20..(128 << 20) + (1 << 20)).contains(&live),
+        "{live}"
+    );
+    let sizes = |prefix: char| -> Vec<u64> {
+        s.body
+            .iter()
+            .filter_map(|op| match &op.kind {
+                memreuse_conformance::OpKind::Alloc { t, elems, .. } if t.starts_with(prefix) => {
+                    Some(*elems * 4)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(sizes('s'), vec![16 << 20; 8]);
+    assert_eq!(sizes('b'), vec![32 << 20; 4]);
+    // Larger tensors and another device keep the proportions.
+    let v = assert_valid(
+        "eight-then-four",
+        &GenOptions {
+            elems: 1 << 23,
+            device_memory: Some(1 << 30),
+            ..GenOptions::default()
+        },
+    );
+    assert_eq!(v.schedule.device_memory, Some(1 << 30));
+    assert!(v.reference.live_peak_bytes >= 8 * (32 << 20));
+}

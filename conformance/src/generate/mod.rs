@@ -6,6 +6,7 @@
 
 mod adversarial;
 mod ddp;
+mod eight_then_four;
 mod ep;
 mod fsdp;
 mod moe_mixed;
@@ -114,6 +115,12 @@ pub const PRESETS: &[Preset] = &[
         description: moe_mixed::DESCRIPTION,
         adversarial: false,
         generate: moe_mixed::generate,
+    },
+    Preset {
+        name: "eight-then-four",
+        description: eight_then_four::DESCRIPTION,
+        adversarial: false,
+        generate: eight_then_four::generate,
     },
     Preset {
         name: "free-before-wait",

@@ -12,7 +12,8 @@
 //! - **Metrics** (`DIR/<stem>.metrics.txt`, next to the timeline): the Prometheus
 //!   exposition of the rank's allocator and groups after its last op.
 //!
-//! `<stem>` is `<schedule>__<backend>__mode-<mode>__rank<r>`.
+//! `<stem>` is `<schedule>__<backend>__mode-<mode>[__conf-<tag>]__rank<r>` (see
+//! [`artifact_stem`]).
 
 use std::path::{Path, PathBuf};
 
@@ -51,6 +52,20 @@ pub(crate) struct Capture {
     samples: Vec<MemorySample>,
 }
 
+/// The allocator configuration of a run: the run's `--alloc-conf` (or the default), with
+/// tracing on while capturing.
+pub(crate) fn allocator_config(options: &ReplayOptions) -> AllocatorConfig {
+    let config = options
+        .alloc_conf
+        .as_ref()
+        .map_or_else(AllocatorConfig::default, |c| c.config.clone());
+    if options.snapshot_dir.is_some() || options.trace_dir.is_some() {
+        config.with_trace_capacity(CAPTURE_TRACE_CAPACITY)
+    } else {
+        config
+    }
+}
+
 /// A file-name-safe, injective rendering of `s`: ASCII letters, digits, `-` and `.` are
 /// kept; every other byte (`_` included) becomes `_` and two lowercase hex digits. Since
 /// `_` only ever starts an escape, distinct inputs give distinct outputs (`a/b` is
@@ -68,17 +83,31 @@ fn safe(s: &str) -> String {
     out
 }
 
-/// `<schedule>__<backend>__mode-<mode>__rank<r>`, each component rendered injectively (see
-/// `safe`), so different runs never share a file. A schedule name has at most
-/// [`crate::schedule::MAX_SCHEDULE_NAME_BYTES`] bytes, so the longest stem plus its
-/// suffix stays within the 255-byte file name limit of common file systems.
-pub fn artifact_stem(schedule: &str, backend: &str, mode: &str, rank: usize) -> String {
-    format!(
-        "{}__{}__mode-{}__rank{rank}",
-        safe(schedule),
-        safe(backend),
-        safe(mode)
-    )
+/// Bytes of an artifact stem at most: the 255-byte file name limit of common file systems
+/// less the longest suffix, `.metrics.txt`.
+const MAX_STEM_BYTES: usize = 255 - ".metrics.txt".len();
+
+/// `<schedule>__<backend>__mode-<mode>[__<conf>]__rank<r>`, each component rendered
+/// injectively (see `safe`), so different runs never share a file; `<conf>` is the run's
+/// allocator configuration as [`crate::alloc_conf::file_tag`] writes it (`conf-...`),
+/// absent for the default configuration, its readable prefix shortened when a long
+/// schedule name leaves less room (the hash that tells configurations apart is always
+/// there). A schedule name has at most [`crate::schedule::MAX_SCHEDULE_NAME_BYTES`] bytes,
+/// so the longest stem plus its suffix stays within the 255-byte file name limit.
+pub fn artifact_stem(
+    schedule: &str,
+    backend: &str,
+    mode: &str,
+    conf: Option<&str>,
+    rank: usize,
+) -> String {
+    let head = format!("{}__{}__mode-{}", safe(schedule), safe(backend), safe(mode));
+    let tail = format!("__rank{rank}");
+    let conf = conf.map_or_else(String::new, |c| {
+        let room = MAX_STEM_BYTES.saturating_sub(head.len() + tail.len() + "__".len());
+        format!("__{}", crate::alloc_conf::file_tag_within(c, room))
+    });
+    format!("{head}{conf}{tail}")
 }
 
 impl Capture {
@@ -93,16 +122,6 @@ impl Capture {
             best: None,
             samples: Vec::new(),
         })
-    }
-
-    /// The allocator configuration: tracing on while capturing.
-    pub(crate) fn allocator_config(options: &ReplayOptions) -> AllocatorConfig {
-        let config = AllocatorConfig::default();
-        if options.snapshot_dir.is_some() || options.trace_dir.is_some() {
-            config.with_trace_capacity(CAPTURE_TRACE_CAPACITY)
-        } else {
-            config
-        }
     }
 
     /// After every op: a counter sample, and a new snapshot if this moment beats the best.
@@ -204,6 +223,8 @@ pub struct RunArtifacts {
     pub backend: String,
     /// Mode name.
     pub mode: String,
+    /// The run's allocator configuration (`None`: the default).
+    pub alloc_conf: Option<String>,
     /// Links, by kind then rank.
     pub links: Vec<ArtifactLink>,
 }
@@ -249,22 +270,35 @@ mod tests {
     #[test]
     fn stems_are_file_name_safe_and_injective() {
         assert_eq!(
-            artifact_stem("a/b c", "mock", "unsafe", 3),
+            artifact_stem("a/b c", "mock", "unsafe", None, 3),
             "a_2fb_20c__mock__mode-unsafe__rank3"
         );
         // Before: both were `a_b`.
         assert_ne!(
-            artifact_stem("a/b", "mock", "0", 0),
-            artifact_stem("a_b", "mock", "0", 0)
+            artifact_stem("a/b", "mock", "0", None, 0),
+            artifact_stem("a_b", "mock", "0", None, 0)
         );
         // A separator inside a name cannot fake a component boundary.
         assert_ne!(
-            artifact_stem("a__mock", "x", "0", 0),
-            artifact_stem("a", "mock__x", "0", 0)
+            artifact_stem("a__mock", "x", "0", None, 0),
+            artifact_stem("a", "mock__x", "0", None, 0)
         );
         // The longest accepted name, every byte escaped, still fits a file name.
         let longest = "\u{e9}".repeat(crate::schedule::MAX_SCHEDULE_NAME_BYTES / 2);
-        let stem = artifact_stem(&longest, "ascend", "unsafe", 1023);
+        let conf = "roundup_power2_divisions:[1:2,2:4,>:8],max_split_size_mb:100";
+        let stem = artifact_stem(&longest, "ascend", "unsafe", Some(conf), 1023);
         assert!(stem.len() + ".metrics.txt".len() <= 255, "{}", stem.len());
+        // A configuration is its own component: two configs never share a file.
+        let with = |c| artifact_stem("s", "mock", "0", c, 0);
+        assert_eq!(
+            with(None),
+            "s__mock__mode-0__rank0",
+            "default names unchanged"
+        );
+        assert_ne!(with(Some("max_split_size_mb:20")), with(None));
+        assert_ne!(
+            with(Some("max_split_size_mb:20")),
+            with(Some("max_split_size_mb:40"))
+        );
     }
 }

@@ -78,6 +78,9 @@ pub struct ReplayOptions {
     pub trace_dir: Option<PathBuf>,
     /// Who checks races (`--race-check`).
     pub race_check: crate::race_check::RaceCheck,
+    /// The allocator configuration (`--alloc-conf` / `MEMREUSE_ALLOC_CONF`); `None`: the
+    /// default.
+    pub alloc_conf: Option<crate::alloc_conf::AllocConf>,
 }
 
 impl ReplayOptions {
@@ -93,6 +96,7 @@ impl ReplayOptions {
             snapshot_dir: None,
             trace_dir: None,
             race_check: crate::race_check::RaceCheck::Auto,
+            alloc_conf: None,
         }
     }
 }
@@ -128,21 +132,31 @@ pub fn replay(
 ) -> ReplayOutcome {
     let mode_name = options.mode.name();
     let iterations = u64::from(schedule.iterations);
+    let conf_text = options.alloc_conf.as_ref().map(|c| c.text.clone());
     let mut series = MemorySeries {
         schedule: schedule.name.clone(),
         backend: options.backend.clone(),
         mode: mode_name.clone(),
+        alloc_conf: conf_text.clone(),
         per_rank: Vec::new(),
     };
-    let skipped = |reason: String| ReplayOutcome {
-        record: RunRecord::skipped(
+    let empty_record = || {
+        let mut r = RunRecord::empty(
             &schedule.name,
             &options.backend,
             &mode_name,
             schedule.world_size,
             iterations,
-            reason,
-        ),
+        );
+        r.alloc_conf.clone_from(&conf_text);
+        r
+    };
+    let skipped = |reason: String| ReplayOutcome {
+        record: RunRecord {
+            status: RunStatus::Skipped,
+            skip_reason: Some(reason),
+            ..empty_record()
+        },
         series: series.clone(),
         races: Vec::new(),
         artifacts: Vec::new(),
@@ -190,13 +204,7 @@ pub fn replay(
         Ok(e) => e,
         Err(memreuse_core::BackendError::Unavailable { reason, .. }) => return skipped(reason),
         Err(e) => {
-            let mut record = RunRecord::empty(
-                &schedule.name,
-                &options.backend,
-                &mode_name,
-                schedule.world_size,
-                iterations,
-            );
+            let mut record = empty_record();
             record.error = Some(format!("could not open the world: {e}"));
             return ReplayOutcome {
                 record,
@@ -218,17 +226,40 @@ pub fn replay(
         Err(reason) => return skipped(reason),
     };
     let backends: Vec<_> = endpoints.iter().map(|e| e.backend.clone()).collect();
+    // Every rank's allocator is opened before any rank starts, so a configuration the
+    // backend cannot provide skips the run instead of leaving peers waiting for a rank
+    // that never came up.
+    let allocators = match crate::alloc_conf::open_allocators(
+        &backends,
+        options.alloc_conf.as_ref(),
+        &capture::allocator_config(options),
+    ) {
+        Ok(a) => a,
+        Err(crate::alloc_conf::OpenRefusal::Skip(reason)) => return skipped(reason),
+        Err(crate::alloc_conf::OpenRefusal::Error(e)) => {
+            let mut record = empty_record();
+            record.error = Some(e);
+            return ReplayOutcome {
+                record,
+                series,
+                races: Vec::new(),
+                artifacts: Vec::new(),
+                artifact_errors: Vec::new(),
+            };
+        }
+    };
     let outcomes: Vec<RankOutcome> = std::thread::scope(|scope| {
         let handles: Vec<_> = endpoints
             .into_iter()
-            .map(|endpoint| {
+            .zip(allocators)
+            .map(|(endpoint, allocator)| {
                 let rank = endpoint.rank;
                 let expected = reference.checks.get(rank).cloned().unwrap_or_default();
                 std::thread::Builder::new()
                     .name(format!("rank-{rank}"))
                     .stack_size(RANK_STACK_BYTES)
                     .spawn_scoped(scope, move || {
-                        rank::run_rank(schedule, endpoint, &expected, options)
+                        rank::run_rank(schedule, endpoint, &allocator, &expected, options)
                     })
             })
             .collect();
@@ -247,13 +278,7 @@ pub fn replay(
     });
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
 
-    let mut record = RunRecord::empty(
-        &schedule.name,
-        &options.backend,
-        &mode_name,
-        schedule.world_size,
-        iterations,
-    );
+    let mut record = empty_record();
     record.wall_ms = wall_ms;
     record.live_peak_bytes = reference.live_peak_bytes;
     record.reference_digest = Some(reference.digest.clone());
@@ -306,6 +331,8 @@ pub fn replay(
         record.shelf_unstashed_by_watchdog += o.shelf_unstashed_by_watchdog;
         record.alloc_retries += o.alloc_retries;
         record.ooms += o.ooms;
+        *record.device_alloc_calls.get_or_insert(0) += o.device_alloc_calls;
+        *record.device_free_calls.get_or_insert(0) += o.device_free_calls;
         if let Some(e) = &o.error {
             errors.push(format!("rank {}: {e}", o.rank));
         }

@@ -46,6 +46,10 @@ pub struct RankOutcome {
     pub alloc_retries: u64,
     /// Counter.
     pub ooms: u64,
+    /// Device allocation calls of the allocator (`AllocatorStats::num_device_alloc`).
+    pub device_alloc_calls: u64,
+    /// Device free calls of the allocator (`AllocatorStats::num_device_free`).
+    pub device_free_calls: u64,
     /// (allocated, reserved) after every op.
     pub series: Vec<(u64, u64)>,
     /// Wall time of each body iteration.
@@ -92,10 +96,12 @@ struct RankState<'s> {
     works: HashMap<String, Work<B>>,
 }
 
-/// Runs every op of `rank` and tears everything down.
+/// Runs every op of `rank` on `allocator` (opened by the replay with the run's
+/// configuration) and tears everything down.
 pub(crate) fn run_rank(
     schedule: &Schedule,
     endpoint: RankEndpoint,
+    allocator: &Arc<CachingAllocator<B>>,
     expected: &[crate::reference::CheckResult],
     options: &ReplayOptions,
 ) -> RankOutcome {
@@ -104,13 +110,8 @@ pub(crate) fn run_rank(
         rank,
         ..RankOutcome::default()
     };
-    let backend = endpoint.backend.clone();
-    let allocator = CachingAllocator::new(
-        Arc::new(backend.clone()),
-        Capture::allocator_config(options),
-    );
     let mut capture = Capture::new(options);
-    let mut state = match RankState::new(schedule, endpoint, Arc::clone(&allocator), options) {
+    let mut state = match RankState::new(schedule, endpoint, Arc::clone(allocator), options) {
         Ok(s) => s,
         Err(e) => return RankOutcome::failed(rank, e),
     };
@@ -169,9 +170,10 @@ pub(crate) fn run_rank(
     }
     if let Some(c) = capture {
         let mode = options.mode.name();
-        let stem = artifact_stem(&schedule.name, &options.backend, &mode, rank);
+        let conf = options.alloc_conf.as_ref().map(|c| c.text.as_str());
+        let stem = artifact_stem(&schedule.name, &options.backend, &mode, conf, rank);
         let (spans, metrics) = state.observations();
-        let (files, errors) = c.finish(&stem, rank, &allocator, &spans, &metrics);
+        let (files, errors) = c.finish(&stem, rank, allocator, &spans, &metrics);
         out.artifacts = files;
         out.artifact_errors = errors;
     }
@@ -189,6 +191,8 @@ pub(crate) fn run_rank(
     out.erase_stream_calls = stats.erase_stream_calls;
     out.alloc_retries = stats.num_alloc_retries;
     out.ooms = stats.num_ooms;
+    out.device_alloc_calls = stats.num_device_alloc;
+    out.device_free_calls = stats.num_device_free;
     out.shelf_stashes = pg_stats.0;
     out.shelf_unstashed_by_watchdog = pg_stats.1;
     out

@@ -1,72 +1,22 @@
 //! The HTML report: the verdict, the run's metadata and a table of contents at the top;
 //! then per schedule (each an anchor) the comparison table, one SVG plot overlaying the
 //! reserved bytes of every (backend, mode) run, and a plot per run of reserved and
-//! allocated bytes over the schedule's ops. All plots of a schedule share one y-scale;
-//! runs whose memory never changes get a line of text instead of a flat chart; series are
-//! decimated to what a 640-pixel chart can show (the maximum of each bucket, so peaks stay).
+//! allocated bytes over the schedule's ops (charts in `charts`). All plots of a schedule
+//! share one y-scale; runs whose memory never changes get a line of text instead of a
+//! flat chart. Runs of a schedule that differ only in allocator configuration also get a
+//! side-by-side block (`compare`).
 
 use std::fmt::Write as _;
 
-use plotters::prelude::*;
-
+use super::charts::{is_flat, plot, plot_reserved_by_run, to_mib};
+use super::compare::{conf_label, config_block};
 use super::human_bytes;
 use super::json::Report;
 use super::meta::RunMeta;
 use super::summary::{headline, negative_control, tallies};
 use crate::replay::RunArtifacts;
 
-/// Points per chart line at most: about one per horizontal pixel of the plot area.
-const MAX_POINTS: usize = 560;
-
-/// Memory over one run: for each rank, `(allocated, reserved)` bytes after every op the
-/// rank executed, in its program order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemorySeries {
-    /// Schedule name.
-    pub schedule: String,
-    /// Backend name.
-    pub backend: String,
-    /// Mode name.
-    pub mode: String,
-    /// Per rank, per op: (allocated bytes, reserved bytes).
-    pub per_rank: Vec<Vec<(u64, u64)>>,
-}
-
-impl MemorySeries {
-    /// At each op index, the maximum over ranks (ranks run different numbers of ops; a
-    /// rank that finished keeps its last value).
-    pub fn max_over_ranks(&self) -> Vec<(u64, u64)> {
-        let len = self.per_rank.iter().map(Vec::len).max().unwrap_or(0);
-        (0..len)
-            .map(|i| {
-                self.per_rank.iter().fold((0, 0), |(a, r), rank| {
-                    let (ra, rr) = rank.get(i).or(rank.last()).copied().unwrap_or((0, 0));
-                    (a.max(ra), r.max(rr))
-                })
-            })
-            .collect()
-    }
-}
-
-/// `points` cut to at most [`MAX_POINTS`] buckets, each the maximum of its points (a peak
-/// is never lost); `stride` is how many ops one output point covers.
-fn decimate(points: &[(u64, u64)]) -> (Vec<(u64, u64)>, usize) {
-    let stride = points.len().div_ceil(MAX_POINTS).max(1);
-    let out = points
-        .chunks(stride)
-        .map(|c| {
-            c.iter()
-                .fold((0, 0), |(a, r), &(ca, cr)| (a.max(ca), r.max(cr)))
-        })
-        .collect();
-    (out, stride)
-}
-
-/// True when reserved bytes never change: the chart would be one flat line with the
-/// allocated bytes below it, which a sentence says as well.
-fn is_flat(points: &[(u64, u64)]) -> bool {
-    points.windows(2).all(|w| w[0].1 == w[1].1)
-}
+pub use super::charts::MemorySeries;
 
 /// An HTML id for a schedule name: letters, digits and `-`, prefixed `s-`.
 fn anchor(name: &str) -> String {
@@ -82,145 +32,6 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// One line of a chart: legend label, colour, and `y` in MiB at each op index.
-struct Line {
-    label: String,
-    color: RGBAColor,
-    mib: Vec<f64>,
-}
-
-fn to_mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-/// Draws one 640x260 SVG chart of `lines` over the op index; `None` when there is nothing
-/// to draw or plotting failed (the page then says so instead of failing the whole report).
-fn plot_lines(
-    caption: &str,
-    y_desc: &str,
-    lines: &[Line],
-    legend: SeriesLabelPosition,
-    scale: (f64, usize),
-) -> Option<String> {
-    // plotters can panic on odd ranges (an overflow in its tick computation): a chart
-    // that cannot be drawn must not end the run and lose its report.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        draw_lines(caption, y_desc, lines, legend, scale)
-    }))
-    .ok()
-    .flatten()
-}
-
-fn draw_lines(
-    caption: &str,
-    y_desc: &str,
-    lines: &[Line],
-    legend: SeriesLabelPosition,
-    (max_y, stride): (f64, usize),
-) -> Option<String> {
-    let max_x = lines.iter().map(|l| l.mib.len()).max().filter(|&n| n > 0)?;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (640, 260)).into_drawing_area();
-        root.fill(&WHITE).ok()?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(caption, ("sans-serif", 16))
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0usize..max_x, 0f64..max_y * 1.05)
-            .ok()?;
-        let x_desc = if stride > 1 {
-            format!("op / {stride} (program order, max over ranks and ops)")
-        } else {
-            "op (program order, max over ranks)".to_owned()
-        };
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            // No light grid: it was most of each SVG's bytes and says nothing.
-            .disable_x_mesh()
-            .disable_y_mesh()
-            .draw()
-            .ok()?;
-        for line in lines {
-            let color = line.color;
-            chart
-                .draw_series(LineSeries::new(
-                    line.mib.iter().copied().enumerate(),
-                    color.stroke_width(if lines.len() > 2 { 2 } else { 1 }),
-                ))
-                .ok()?
-                .label(line.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
-        }
-        chart
-            .configure_series_labels()
-            .position(legend)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .ok()?;
-        root.present().ok()?;
-    }
-    Some(svg)
-}
-
-/// One run's chart: reserved and allocated bytes, on the schedule's y-scale `max_y` (MiB).
-fn plot(series: &MemorySeries, max_y: f64) -> Option<String> {
-    let (points, stride) = decimate(&series.max_over_ranks());
-    let line = |label: &str, color: RGBColor, pick: fn(&(u64, u64)) -> u64| Line {
-        label: label.to_owned(),
-        color: color.to_rgba(),
-        mib: points.iter().map(|p| to_mib(pick(p))).collect(),
-    };
-    plot_lines(
-        &format!(
-            "{} / {} / mode {}",
-            series.schedule, series.backend, series.mode
-        ),
-        "MiB",
-        &[
-            line("reserved", BLUE, |p| p.1),
-            line("allocated", RED, |p| p.0),
-        ],
-        SeriesLabelPosition::MiddleRight,
-        (max_y, stride),
-    )
-}
-
-/// The reserved bytes of every run of one schedule (one line per backend and mode) in one
-/// chart, so the modes compare at a glance; `None` with fewer than two non-empty series.
-fn plot_reserved_by_run(schedule: &str, series: &[&MemorySeries], max_y: f64) -> Option<String> {
-    let mut stride = 1;
-    let lines: Vec<Line> = series
-        .iter()
-        .map(|s| {
-            let (points, st) = decimate(&s.max_over_ranks());
-            stride = stride.max(st);
-            (format!("{} mode {}", s.backend, s.mode), points)
-        })
-        .filter(|(_, p)| !p.is_empty())
-        .enumerate()
-        .map(|(i, (label, points))| Line {
-            label,
-            color: Palette99::pick(i).to_rgba(),
-            mib: points.iter().map(|&(_, r)| to_mib(r)).collect(),
-        })
-        .collect();
-    if lines.len() < 2 {
-        return None;
-    }
-    plot_lines(
-        &format!("{schedule}: reserved, every run"),
-        "MiB reserved",
-        &lines,
-        SeriesLabelPosition::LowerRight,
-        (max_y, stride),
-    )
 }
 
 /// The links of one run: `snapshot: r0 r1 · timeline: r0 · metrics: r0`.
@@ -255,11 +66,24 @@ fn verdict_block(out: &mut String, report: &Report) {
         "failed"
     };
     let _ = writeln!(out, "<p class=\"verdict {class}\">{}</p>", escape(&head));
-    out.push_str("<table><tr><th>backend</th><th>mode</th><th>passed</th><th>failed</th><th>error</th><th>skipped</th></tr>\n");
+    let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
+    out.push_str("<table><tr><th>backend</th><th>mode</th>");
+    if has_confs {
+        out.push_str("<th>configuration</th>");
+    }
+    out.push_str("<th>passed</th><th>failed</th><th>error</th><th>skipped</th></tr>\n");
     for t in tallies(report) {
+        let conf = if has_confs {
+            format!(
+                "<td class=l><code>{}</code></td>",
+                escape(conf_label(t.alloc_conf.as_deref()))
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "<tr><td class=l>{}</td><td>{}</td><td class=passed>{}</td><td class=failed>{}</td><td class=error>{}</td><td class=skipped>{}</td></tr>",
+            "<tr><td class=l>{}</td><td>{}</td>{conf}<td class=passed>{}</td><td class=failed>{}</td><td class=error>{}</td><td class=skipped>{}</td></tr>",
             escape(&t.backend),
             escape(&t.mode),
             t.passed,
@@ -303,6 +127,7 @@ pub fn render_html(
         escape(&report.tool_version)
     );
     let has_files = !artifacts.is_empty();
+    let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
     if has_files {
         out.push_str("<p>Files per run and rank: <b>snapshot</b> opens in PyTorch's memory viewer (<code>python -m torch.cuda._memory_viz trace_plot FILE -o out.html</code>, or drop it on pytorch.org/memory_viz), <b>timeline</b> in ui.perfetto.dev or chrome://tracing, <b>metrics</b> is the Prometheus exposition after the last op.</p>\n");
     }
@@ -347,7 +172,11 @@ pub fn render_html(
             escape(name),
             anchor(name)
         );
-        out.push_str("<table><tr><th>backend</th><th>mode</th><th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th>");
+        out.push_str("<table><tr><th>backend</th><th>mode</th>");
+        if has_confs {
+            out.push_str("<th>configuration</th>");
+        }
+        out.push_str("<th>peak reserved</th><th>peak allocated</th><th>live peak</th><th>reuse events</th><th>record_stream</th><th>erase_stream</th><th>shelf stashes</th><th>races (reuse/schedule)</th><th>digest</th><th>wall ms</th><th>status</th>");
         out.push_str(if has_files {
             "<th>files</th></tr>\n"
         } else {
@@ -365,9 +194,17 @@ pub fn render_html(
                 .unwrap_or("");
             let _ = writeln!(
                 out,
-                "<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"why {}\">{} {}</td>{}</tr>",
+                "<tr><td class=l>{}</td><td>{}</td>{}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"why {}\">{} {}</td>{}</tr>",
                 escape(&r.backend),
                 escape(&r.mode),
+                if has_confs {
+                    format!(
+                        "<td class=l><code>{}</code></td>",
+                        escape(conf_label(r.alloc_conf.as_deref()))
+                    )
+                } else {
+                    String::new()
+                },
                 human_bytes(r.peak_reserved_bytes),
                 human_bytes(r.peak_allocated_bytes),
                 human_bytes(r.live_peak_bytes),
@@ -383,7 +220,10 @@ pub fn render_html(
                 escape(detail),
                 if has_files {
                     let files = artifacts.iter().find(|a| {
-                        a.schedule == r.schedule && a.backend == r.backend && a.mode == r.mode
+                        a.schedule == r.schedule
+                            && a.backend == r.backend
+                            && a.mode == r.mode
+                            && a.alloc_conf == r.alloc_conf
                     });
                     format!("<td class=l>{}</td>", artifact_cell(files))
                 } else {
@@ -391,7 +231,7 @@ pub fn render_html(
                 },
             );
         }
-        out.push_str("</table>\n<div class=plots>\n");
+        out.push_str("</table>\n");
         let runs: Vec<&MemorySeries> = series.iter().filter(|s| s.schedule == name).collect();
         // One y-scale for every chart of the schedule, so modes compare by eye.
         let max_y = runs
@@ -399,6 +239,8 @@ pub fn render_html(
             .flat_map(|s| s.per_rank.iter().flatten())
             .map(|&(a, r)| to_mib(a.max(r)))
             .fold(to_mib(1), f64::max);
+        out.push_str(&config_block(name, report, series, max_y, escape));
+        out.push_str("<div class=plots>\n");
         let (flat, moving): (Vec<&MemorySeries>, Vec<&MemorySeries>) =
             runs.iter().partition(|s| is_flat(&s.max_over_ranks()));
         if moving.is_empty() {
@@ -416,12 +258,7 @@ pub fn render_html(
                     out.push_str("</div>\n");
                 }
                 None => {
-                    let _ = writeln!(
-                        out,
-                        "<p>No memory series for {} mode {}.</p>",
-                        escape(&s.backend),
-                        escape(&s.mode)
-                    );
+                    let _ = writeln!(out, "<p>No memory series for {}.</p>", escape(&s.label()));
                 }
             }
         }
@@ -434,9 +271,8 @@ pub fn render_html(
                     let r = points.first().map_or(0, |p| p.1);
                     let a = points.iter().map(|p| p.0).max().unwrap_or(0);
                     format!(
-                        "{} mode {} ({} reserved, peak {} allocated)",
-                        escape(&s.backend),
-                        escape(&s.mode),
+                        "{} ({} reserved, peak {} allocated)",
+                        escape(&s.label()),
                         human_bytes(r),
                         human_bytes(a)
                     )
@@ -459,15 +295,6 @@ mod tests {
     use crate::report::json::{RunRecord, RunStatus};
 
     #[test]
-    fn max_over_ranks_pads_finished_ranks_with_their_last_value() {
-        let s = MemorySeries {
-            per_rank: vec![vec![(1, 10), (5, 10)], vec![(2, 20), (3, 20), (4, 30)]],
-            ..MemorySeries::default()
-        };
-        assert_eq!(s.max_over_ranks(), vec![(2, 20), (5, 20), (5, 30)]);
-    }
-
-    #[test]
     fn page_embeds_one_svg_per_series_and_escapes_names() {
         let mut report = Report::new();
         let mut r = RunRecord::empty("a<b", "mock", "2", 1, 1);
@@ -477,6 +304,7 @@ mod tests {
             schedule: "a<b".into(),
             backend: "mock".into(),
             mode: "2".into(),
+            alloc_conf: None,
             per_rank: vec![vec![(0, 0), (1 << 20, 2 << 20), (0, 2 << 20)]],
         };
         let page = render_html(&report, &[series], &[], &RunMeta::default());
@@ -499,6 +327,7 @@ mod tests {
                 schedule: "s".into(),
                 backend: "mock".into(),
                 mode: mode.into(),
+                alloc_conf: None,
                 per_rank: vec![vec![(0, 2 << 20), (1 << 20, 4 << 20)]],
             });
         }
@@ -523,6 +352,7 @@ mod tests {
             schedule: "s".into(),
             backend: "mock".into(),
             mode: "0".into(),
+            alloc_conf: None,
             links: vec![
                 ArtifactLink {
                     kind: "snapshot",
@@ -549,26 +379,6 @@ mod tests {
     }
 
     #[test]
-    fn decimation_keeps_peaks_and_fits_the_chart() {
-        let points: Vec<(u64, u64)> = (0..14_000u64).map(|i| (i % 7, 10)).collect();
-        let mut with_peak = points.clone();
-        with_peak[9_001] = (99, 500);
-        let (out, stride) = decimate(&with_peak);
-        assert!(out.len() <= MAX_POINTS, "{}", out.len());
-        assert_eq!(stride, 14_000usize.div_ceil(MAX_POINTS));
-        assert_eq!(
-            out.iter().map(|p| p.1).max(),
-            Some(500),
-            "the peak survives"
-        );
-        assert_eq!(
-            decimate(&points[..10]).0,
-            points[..10].to_vec(),
-            "short series unchanged"
-        );
-    }
-
-    #[test]
     fn flat_runs_are_named_not_charted() {
         let mut report = Report::new();
         let mut series = Vec::new();
@@ -578,6 +388,7 @@ mod tests {
                 schedule: "s".into(),
                 backend: "mock".into(),
                 mode: mode.into(),
+                alloc_conf: None,
                 per_rank: vec![if moving {
                     vec![(0, 2 << 20), (1 << 20, 4 << 20)]
                 } else {

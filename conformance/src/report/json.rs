@@ -163,6 +163,19 @@ pub struct RunRecord {
     /// (`--deterministic`, `--device-memory`; optional field added by memreuse).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ignored_options: Vec<String>,
+    /// The allocator configuration the run used, as given to `--alloc-conf` or in
+    /// `MEMREUSE_ALLOC_CONF` (optional field added by memreuse; absent for the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
+    /// Device allocation calls the allocators made, summed over ranks (optional field added
+    /// by memreuse; absent on runs that did not start): what a configuration costs in
+    /// device calls beside what it saves in reserved bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_alloc_calls: Option<u64>,
+    /// Device free calls the allocators made, summed over ranks (optional field added by
+    /// memreuse; absent on runs that did not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free_calls: Option<u64>,
 }
 
 /// The runner's judgement of one negative-control run against its schedule's declaration.
@@ -261,6 +274,9 @@ impl RunRecord {
             race_checker: None,
             negative_control_verdict: None,
             ignored_options: Vec::new(),
+            alloc_conf: None,
+            device_alloc_calls: None,
+            device_free_calls: None,
         }
     }
 

@@ -2,6 +2,8 @@
 //! comparison table, the HTML page with SVG plots of memory over time, and the Markdown
 //! summary.
 
+mod charts;
+mod compare;
 mod html;
 mod json;
 mod meta;

@@ -7,13 +7,15 @@ use std::fmt::Write as _;
 use super::json::{Report, RunStatus};
 use super::meta::RunMeta;
 
-/// Runs of one (backend, mode) by status.
+/// Runs of one (backend, mode, allocator configuration) by status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     /// Backend name.
     pub backend: String,
     /// Mode name.
     pub mode: String,
+    /// The runs' allocator configuration (`None`: the default).
+    pub alloc_conf: Option<String>,
     /// Passed runs.
     pub passed: usize,
     /// Failed runs.
@@ -24,19 +26,19 @@ pub struct Tally {
     pub skipped: usize,
 }
 
-/// One tally per (backend, mode), in the order they first ran.
+/// One tally per (backend, mode, allocator configuration), in the order they first ran.
 pub fn tallies(report: &Report) -> Vec<Tally> {
     let mut out: Vec<Tally> = Vec::new();
     for r in &report.runs {
-        let i = if let Some(i) = out
-            .iter()
-            .position(|t| t.backend == r.backend && t.mode == r.mode)
-        {
+        let i = if let Some(i) = out.iter().position(|t| {
+            t.backend == r.backend && t.mode == r.mode && t.alloc_conf == r.alloc_conf
+        }) {
             i
         } else {
             out.push(Tally {
                 backend: r.backend.clone(),
                 mode: r.mode.clone(),
+                alloc_conf: r.alloc_conf.clone(),
                 ..Tally::default()
             });
             out.len() - 1
@@ -84,13 +86,31 @@ pub fn render_markdown(report: &Report, meta: &RunMeta) -> String {
     for (label, value) in meta.fields() {
         let _ = writeln!(out, "- {label}: `{}`", value.replace('`', "'"));
     }
-    out.push_str(
-        "\n| backend | mode | passed | failed | error | skipped |\n|---|---|---:|---:|---:|---:|\n",
-    );
+    let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
+    if has_confs {
+        out.push_str(
+            "\n| backend | mode | config | passed | failed | error | skipped |\n|---|---|---|---:|---:|---:|---:|\n",
+        );
+    } else {
+        out.push_str(
+            "\n| backend | mode | passed | failed | error | skipped |\n|---|---|---:|---:|---:|---:|\n",
+        );
+    }
     for t in tallies(report) {
+        let conf = if has_confs {
+            format!(
+                " `{}` |",
+                t.alloc_conf
+                    .as_deref()
+                    .unwrap_or("default")
+                    .replace('`', "'")
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} |{conf} {} | {} | {} | {} |",
             t.backend, t.mode, t.passed, t.failed, t.error, t.skipped
         );
     }
@@ -116,9 +136,13 @@ pub fn render_markdown(report: &Report, meta: &RunMeta) -> String {
                 .unwrap_or_else(|| {
                     format!("mismatches {}, leaked {} B", r.mismatches, r.leaked_bytes)
                 });
+            let conf = r
+                .alloc_conf
+                .as_deref()
+                .map_or_else(String::new, |c| format!(" / `{}`", c.replace('`', "'")));
             let _ = writeln!(
                 out,
-                "- {} / {} / mode {}: {} ({})",
+                "- {} / {} / mode {}{conf}: {} ({})",
                 r.schedule,
                 r.backend,
                 r.mode,
@@ -157,5 +181,26 @@ mod tests {
         assert!(md.contains("- s / mock / mode 0: failed"), "{md}");
         report.runs.remove(1);
         assert_eq!(headline(&report), "PASS: 2 runs as expected");
+        // A configuration is its own tally and column.
+        let mut r = run("mock", "0", RunStatus::Failed);
+        r.alloc_conf = Some("max_split_size_mb:20".into());
+        report.runs.push(r);
+        let t = tallies(&report);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[2].alloc_conf.as_deref(), Some("max_split_size_mb:20"));
+        let md = render_markdown(&report, &RunMeta::default());
+        assert!(md.contains("| backend | mode | config |"), "{md}");
+        assert!(
+            md.contains("| mock | 0 | `default` | 1 | 0 | 0 | 0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| mock | 0 | `max_split_size_mb:20` | 0 | 1 | 0 | 0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- s / mock / mode 0 / `max_split_size_mb:20`: failed"),
+            "{md}"
+        );
     }
 }

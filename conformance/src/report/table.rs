@@ -17,7 +17,9 @@ pub fn render_table(report: &Report) -> String {
             schedules.push(&r.schedule);
         }
     }
-    let header = [
+    // A configuration column only when some run had one (`--alloc-conf`).
+    let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
+    let mut header = vec![
         "backend",
         "mode",
         "peak reserved",
@@ -28,8 +30,13 @@ pub fn render_table(report: &Report) -> String {
         "wall ms",
         "status",
     ];
+    if has_confs {
+        header.insert(2, "config");
+    }
+    // Every column but the last (the status) is padded.
+    let padded = header.len() - 1;
     for name in schedules {
-        let rows: Vec<[String; 9]> = report
+        let rows: Vec<Vec<String>> = report
             .runs
             .iter()
             .filter(|r| r.schedule == name)
@@ -59,7 +66,7 @@ pub fn render_table(report: &Report) -> String {
                     }
                     RunStatus::Passed => "passed".to_owned(),
                 };
-                [
+                let mut row = vec![
                     r.backend.clone(),
                     r.mode.clone(),
                     human_bytes(r.peak_reserved_bytes),
@@ -69,12 +76,19 @@ pub fn render_table(report: &Report) -> String {
                     r.record_stream_calls.to_string(),
                     format!("{:.1}", r.wall_ms),
                     status,
-                ]
+                ];
+                if has_confs {
+                    row.insert(
+                        2,
+                        r.alloc_conf.clone().unwrap_or_else(|| "default".to_owned()),
+                    );
+                }
+                row
             })
             .collect();
         let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
         for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row.iter()).take(8) {
+            for (w, cell) in widths.iter_mut().zip(row.iter()).take(padded) {
                 *w = (*w).max(cell.len());
             }
         }
@@ -82,7 +96,7 @@ pub fn render_table(report: &Report) -> String {
         let line = |cells: &[&str]| {
             let mut s = String::from(" ");
             for (i, c) in cells.iter().enumerate() {
-                if i < 8 {
+                if i < padded {
                     let _ = write!(s, " {c:>w$} |", w = widths[i]);
                 } else {
                     let _ = write!(s, " {c}");
@@ -144,5 +158,31 @@ mod tests {
         assert!(t.contains("reuse races 3"));
         assert!(t.contains("\ntp\n"));
         assert!(t.contains("skipped because:\n  [1] no libcuda\n"), "{t}");
+        assert!(
+            !t.contains("config"),
+            "no column without configurations: {t}"
+        );
+    }
+
+    #[test]
+    fn a_config_column_appears_when_a_run_had_one() {
+        let mut report = Report::new();
+        for conf in [None, Some("max_split_size_mb:20")] {
+            let mut r = RunRecord::empty("ddp", "mock", "0", 1, 1);
+            r.status = RunStatus::Passed;
+            r.alloc_conf = conf.map(str::to_owned);
+            report.runs.push(r);
+        }
+        let t = render_table(&report);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[1].contains("| mode |") && lines[1].contains("config |"),
+            "{t}"
+        );
+        assert!(
+            lines[2].contains("default |") && lines[2].ends_with(" passed"),
+            "{t}"
+        );
+        assert!(lines[3].contains("max_split_size_mb:20 |"), "{t}");
     }
 }

@@ -1,5 +1,7 @@
-//! `memreuse-conformance run`: every selected schedule on every selected backend and mode,
-//! a progress bar, the comparison table, and the report files.
+//! `memreuse-conformance run`: every selected schedule on every selected backend, mode and
+//! allocator configuration, a progress bar, the comparison table, and the report files.
+
+mod outputs;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -8,17 +10,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::alloc_conf::{AllocConf, is_unsupported_config};
 use crate::cli::RunArgs;
 use crate::race_check::RaceCheck;
-use crate::replay::{
-    Artifact, ArtifactLink, ModeChoice, ReplayOptions, RunArtifacts, relative_href, replay,
-};
-use crate::report::{
-    MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, render_html, render_markdown,
-    render_table,
-};
+use crate::replay::{ModeChoice, ReplayOptions, replay};
+use crate::report::{MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, render_table};
 use crate::suite::{SuiteEntry, suite};
 use crate::validate::load;
+use outputs::{Outputs, RunFiles, artifact_links, write_reports};
 
 /// Where the report goes when neither `--report` nor `--json` is given, relative to the
 /// target directory: `$CARGO_TARGET_DIR/conformance` when that variable is set, else
@@ -53,9 +52,13 @@ pub struct Plan {
     pub race_check: RaceCheck,
     /// `--require-backend` names (each also in `backends`).
     pub required: Vec<String>,
+    /// Allocator configurations, one set of runs each (`--alloc-conf`, else
+    /// `MEMREUSE_ALLOC_CONF`; `None`: the default configuration).
+    pub alloc_confs: Vec<Option<AllocConf>>,
 }
 
-/// Resolves `--backend`, `--mode`, `--schedule` and `--suite`.
+/// Resolves `--backend`, `--mode`, `--schedule`, `--suite` and `--alloc-conf` (or
+/// `MEMREUSE_ALLOC_CONF` when no `--alloc-conf` is given).
 pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
     let known: Vec<String> = memreuse::KNOWN_BACKENDS
         .iter()
@@ -178,6 +181,8 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
             )));
         }
     }
+    let alloc_confs = crate::alloc_conf::resolve_from_env(&args.alloc_confs)
+        .map_err(|e| UsageError(e.to_string()))?;
     Ok(Plan {
         entries,
         builtin,
@@ -185,6 +190,7 @@ pub fn plan(args: &RunArgs) -> Result<Plan, UsageError> {
         modes,
         race_check,
         required: args.require_backends.clone(),
+        alloc_confs,
     })
 }
 
@@ -198,7 +204,9 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let total = (plan.entries.len() * plan.backends.len() * plan.modes.len()) as u64;
+    let total =
+        (plan.alloc_confs.len() * plan.entries.len() * plan.backends.len() * plan.modes.len())
+            as u64;
     let terminal = std::io::stderr().is_terminal();
     let bar = if args.quiet || !terminal {
         ProgressBar::hidden()
@@ -223,13 +231,22 @@ pub fn run(args: &RunArgs) -> ExitCode {
     let started = Instant::now();
     let mut report = Report::new();
     let mut series: Vec<MemorySeries> = Vec::new();
-    let mut files: Vec<(String, String, String, Vec<Artifact>)> = Vec::new();
-    for entry in &plan.entries {
+    let mut files: Vec<RunFiles> = Vec::new();
+    // Each configuration is a whole set of runs, so a run stopped at a time limit has
+    // complete sets for the configurations it finished.
+    for (conf, entry) in plan
+        .alloc_confs
+        .iter()
+        .flat_map(|c| plan.entries.iter().map(move |e| (c, e)))
+    {
+        let conf_label = conf
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" conf `{}`", c.text));
         let schedule = &entry.valid.schedule;
         for backend in &plan.backends {
             for &mode in &plan.modes {
                 bar.set_message(format!(
-                    "{} on {backend} mode {}",
+                    "{} on {backend} mode {}{conf_label}",
                     schedule.name,
                     mode.name()
                 ));
@@ -241,22 +258,25 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 options.snapshot_dir.clone_from(&args.snapshot_dir);
                 options.trace_dir.clone_from(&args.trace_dir);
                 options.race_check = plan.race_check;
+                options.alloc_conf.clone_from(conf);
                 let outcome = if memreuse::find_backend(backend).is_none() {
                     let feature = memreuse::KNOWN_BACKENDS
                         .iter()
                         .find(|(n, _)| n == backend)
                         .map_or(backend.as_str(), |(_, f)| f);
-                    crate::replay::ReplayOutcome {
-                        record: RunRecord::skipped(
-                            &schedule.name,
-                            backend,
-                            &mode.name(),
-                            schedule.world_size,
-                            u64::from(schedule.iterations),
-                            format!(
-                                "backend `{backend}` is not compiled into this build (cargo feature `{feature}`)"
-                            ),
+                    let mut record = RunRecord::skipped(
+                        &schedule.name,
+                        backend,
+                        &mode.name(),
+                        schedule.world_size,
+                        u64::from(schedule.iterations),
+                        format!(
+                            "backend `{backend}` is not compiled into this build (cargo feature `{feature}`)"
                         ),
+                    );
+                    record.alloc_conf = conf.as_ref().map(|c| c.text.clone());
+                    crate::replay::ReplayOutcome {
+                        record,
                         series: MemorySeries::default(),
                         races: Vec::new(),
                         artifacts: Vec::new(),
@@ -267,7 +287,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 };
                 for e in &outcome.artifact_errors {
                     eprintln!(
-                        "memreuse-conformance: {} on {backend} mode {}: could not write {e}",
+                        "memreuse-conformance: {} on {backend} mode {}{conf_label}: could not write {e}",
                         schedule.name,
                         mode.name()
                     );
@@ -277,6 +297,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                         schedule.name.clone(),
                         backend.clone(),
                         mode.name(),
+                        conf.as_ref().map(|c| c.text.clone()),
                         outcome.artifacts,
                     ));
                 }
@@ -290,7 +311,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
                 }
                 if progress_lines {
                     eprintln!(
-                        "[{}/{total}] {} {backend} mode {}: {} ({:.1} ms)",
+                        "[{}/{total}] {} {backend} mode {}{conf_label}: {} ({:.1} ms)",
                         report.runs.len() + 1,
                         schedule.name,
                         mode.name(),
@@ -417,7 +438,8 @@ fn print_verdicts(out: &mut crate::cli::Stdout, report: &Report) {
 }
 
 /// For each `--require-backend` name, why it cannot count as tested: not compiled in,
-/// unavailable, or every run of it skipped for a reason other than too few devices.
+/// unavailable, or every run of it skipped for a reason other than too few devices or an
+/// unsupported allocator configuration.
 fn missing_required(
     stdout: &mut crate::cli::Stdout,
     required: &[String],
@@ -446,16 +468,24 @@ fn missing_required(
                     .copied()
                     .filter(|r| {
                         r.status == RunStatus::Skipped
-                            && !r.skip_reason.as_deref().is_some_and(is_too_few_devices)
+                            && !r.skip_reason.as_deref().is_some_and(is_counted_skip)
                     })
                     .collect();
-                let too_few = runs
-                    .iter()
-                    .filter(|r| r.skip_reason.as_deref().is_some_and(is_too_few_devices))
-                    .count();
+                let count = |pick: fn(&str) -> bool| {
+                    runs.iter()
+                        .filter(|r| r.skip_reason.as_deref().is_some_and(pick))
+                        .count()
+                };
+                let too_few = count(is_too_few_devices);
                 if too_few > 0 {
                     stdout.line(&format!(
                         "required backend `{name}`: {too_few} runs skipped for too few devices"
+                    ));
+                }
+                let unsupported = count(is_unsupported_config);
+                if unsupported > 0 {
+                    stdout.line(&format!(
+                        "required backend `{name}`: {unsupported} runs skipped for an allocator configuration it does not support"
                     ));
                 }
                 if let Some(r) = unavailable.iter().find(|r| {
@@ -474,130 +504,13 @@ fn missing_required(
     out
 }
 
+/// Skips that are counted, not failed, for a required backend: too few devices, or an
+/// allocator configuration the backend cannot provide.
+fn is_counted_skip(reason: &str) -> bool {
+    is_too_few_devices(reason) || is_unsupported_config(reason)
+}
+
 /// The replay's skip reason for a world larger than the machine.
 fn is_too_few_devices(reason: &str) -> bool {
     reason.contains("needs ") && reason.contains(" devices")
-}
-
-/// Links from the report directory to every file a run wrote, snapshots first.
-fn artifact_links(
-    dir: &Path,
-    files: Vec<(String, String, String, Vec<Artifact>)>,
-) -> Vec<RunArtifacts> {
-    files
-        .into_iter()
-        .map(|(schedule, backend, mode, mut artifacts)| {
-            let order = |k: &str| {
-                ["snapshot", "timeline", "metrics"]
-                    .iter()
-                    .position(|x| *x == k)
-            };
-            artifacts.sort_by_key(|a| (order(a.kind), a.rank));
-            RunArtifacts {
-                schedule,
-                backend,
-                mode,
-                links: artifacts
-                    .iter()
-                    .map(|a| ArtifactLink {
-                        kind: a.kind,
-                        rank: a.rank,
-                        href: relative_href(dir, &a.path),
-                    })
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
-/// Where the report files go: `--report DIR` (or the default directory when neither
-/// `--report` nor `--json` is given) gets `report.json`, `report.html` and `summary.md`;
-/// `--json FILE` gets the JSON report alone.
-struct Outputs {
-    dir: Option<PathBuf>,
-    json: Option<PathBuf>,
-}
-
-impl Outputs {
-    fn of(args: &RunArgs) -> Self {
-        let dir = match (&args.report, &args.json) {
-            (Some(dir), _) => Some(dir.clone()),
-            (None, Some(_)) => None,
-            (None, None) => Some(default_report_dir()),
-        };
-        Outputs {
-            dir,
-            json: args.json.clone(),
-        }
-    }
-
-    /// The directory artifact links are relative to.
-    fn link_base(&self) -> &Path {
-        self.dir
-            .as_deref()
-            .or_else(|| self.json.as_deref().and_then(Path::parent))
-            .unwrap_or(Path::new("."))
-    }
-}
-
-/// A report-writing failure, naming the file.
-#[derive(Debug, thiserror::Error)]
-#[error("{}: {source}", path.display())]
-struct WriteError {
-    path: PathBuf,
-    source: std::io::Error,
-}
-
-/// Writes `contents` to `path` through a temporary file in the same directory and a rename,
-/// so a reader (or a run killed half-way) never sees a half-written file.
-fn write_atomic(path: &Path, contents: &str) -> Result<(), WriteError> {
-    let fail = |source| WriteError {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| WriteError {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(".tmp{}", std::process::id()));
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, contents).map_err(|source| WriteError {
-        path: tmp.clone(),
-        source,
-    })?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })
-}
-
-fn write_reports(
-    outputs: &Outputs,
-    meta: &RunMeta,
-    report: &Report,
-    series: &[MemorySeries],
-    links: &[RunArtifacts],
-    html: bool,
-) -> Result<(), WriteError> {
-    let text = serde_json::to_string_pretty(report).map_err(|e| WriteError {
-        path: PathBuf::from("report.json"),
-        source: std::io::Error::other(e),
-    })?;
-    if let Some(dir) = &outputs.dir {
-        write_atomic(&dir.join("report.json"), &text)?;
-        if html {
-            write_atomic(
-                &dir.join("report.html"),
-                &render_html(report, series, links, meta),
-            )?;
-            write_atomic(&dir.join("summary.md"), &render_markdown(report, meta))?;
-        }
-    }
-    if let Some(path) = &outputs.json {
-        write_atomic(path, &text)?;
-    }
-    Ok(())
 }
