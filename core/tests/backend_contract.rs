@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use memreuse_core::Backend;
 use memreuse_core::testing::ManualBackend;
 use memreuse_core::testing::contract::{ContractOptions, check_backend};
 
@@ -36,6 +37,15 @@ fn the_manual_backend_keeps_the_contract_it_can() {
             .iter()
             .any(|(c, why)| *c == "copies_round_trip" && *why == "moves_data = false")
     );
+}
+
+#[test]
+fn the_manual_backend_with_virtual_memory_keeps_the_contract() {
+    let backend = Arc::new(ManualBackend::new(1 << 30).with_virtual_memory());
+    assert!(backend.capabilities().virtual_memory);
+    let report = check_backend(&backend, &manual_options());
+    report.assert_passed();
+    assert!(report.passed.contains(&"virtual_memory"), "{report:?}");
 }
 
 #[test]

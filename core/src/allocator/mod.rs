@@ -32,6 +32,7 @@ mod caching;
 mod callbacks;
 mod config;
 mod events;
+mod expandable;
 mod fragmentation;
 mod index;
 mod oom;
