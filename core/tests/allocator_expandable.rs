@@ -1,7 +1,7 @@
 //! `expandable_segments:True` (docs/expandable-segments.md): growth by pages, merge across
 //! page boundaries, partial unmap by `empty_cache`, the out-of-memory chain unmapping
 //! another stream's free pages, undo of a failed growth, figures, snapshot and trace, and
-//! config errors. On [`ManualBackend::with_virtual_memory`] (2 MiB granularity).
+//! config errors. On [`ManualBackend`], which has virtual memory (2 MiB granularity).
 
 mod common;
 
@@ -19,7 +19,7 @@ type Alloc = Arc<CachingAllocator<ManualBackend>>;
 /// A manual device with virtual memory, an expandable allocator (plus `extra` settings)
 /// with tracing, and two streams.
 fn setup(capacity: u64, extra: &str) -> (Arc<ManualBackend>, Alloc, [ManualStream; 2]) {
-    let backend = Arc::new(ManualBackend::new(capacity).with_virtual_memory());
+    let backend = Arc::new(ManualBackend::new(capacity));
     let conf = format!("expandable_segments:True{extra}");
     let config = AllocatorConfig::parse(&conf)
         .unwrap()
@@ -249,7 +249,7 @@ fn the_large_pool_page_size_is_configurable() {
 
 #[test]
 fn config_errors_are_typed() {
-    let vm = Arc::new(ManualBackend::new(1 << 30).with_virtual_memory());
+    let vm = Arc::new(ManualBackend::new(1 << 30));
     let conf =
         AllocatorConfig::parse("expandable_segments:True,expandable_segments_page_size_mb:3")
             .unwrap();
@@ -275,7 +275,7 @@ fn config_errors_are_typed() {
         assert!(err.to_string().contains(what), "{conf}: {err}");
     }
     // Without the capability: refused by try_new, ordinary segments with new.
-    let plain = Arc::new(ManualBackend::new(1 << 30));
+    let plain = Arc::new(ManualBackend::new(1 << 30).without_virtual_memory());
     let conf = AllocatorConfig::parse("expandable_segments:True").unwrap();
     assert!(matches!(
         CachingAllocator::try_new(Arc::clone(&plain), conf.clone()),
@@ -288,7 +288,7 @@ fn config_errors_are_typed() {
 
 #[test]
 fn off_by_default_even_on_a_backend_with_virtual_memory() {
-    let backend = Arc::new(ManualBackend::new(1 << 30).with_virtual_memory());
+    let backend = Arc::new(ManualBackend::new(1 << 30));
     let alloc =
         CachingAllocator::try_new(Arc::clone(&backend), AllocatorConfig::default()).unwrap();
     let a = alloc.allocate(4 * MIB, &backend.default_stream()).unwrap();

@@ -2,8 +2,8 @@
 //!
 //! As PyTorch's `ExpandableSegment`: the first request of a (stream, pool) that no cached
 //! block serves reserves one large range of device addresses for that stream and pool
-//! (9/8 of the device's total memory, rounded up to the page, as PyTorch; when the
-//! backend reports no total, [`UNKNOWN_CAPACITY_RESERVE`]). Physical pages are mapped at
+//! (9/8 of the device's total memory, rounded up to the page, as PyTorch, at most
+//! [`MAX_RESERVE`]; when the backend reports no total, [`UNKNOWN_CAPACITY_RESERVE`]). Physical pages are mapped at
 //! the lowest unmapped addresses that, with the free block before them, fit the request
 //! (PyTorch's `find_expandable_block` / `map_block`), one physical handle per page: 2 MiB
 //! pages for the small pool, `expandable_segments_page_size_mb` (default 20 MiB) for the
@@ -47,6 +47,9 @@ use super::trace::TraceAction;
 /// Addresses reserved per expandable segment when the backend reports no total memory
 /// (64 GiB: addresses cost nothing, and the capacity still limits what is mapped).
 pub const UNKNOWN_CAPACITY_RESERVE: u64 = 64 << 30;
+/// The most addresses one expandable segment reserves (16 TiB), for a backend whose total
+/// is unlimited (a simulated device of `u64::MAX` bytes).
+pub const MAX_RESERVE: u64 = 1 << 44;
 
 /// One expandable segment: its reserved range, its stream and its mapped pages.
 pub(crate) struct ExpandableSegment<S> {
@@ -144,7 +147,9 @@ impl<B: Backend> State<B> {
         } else {
             total
         };
-        let size = (total + total / 8)
+        let size = total
+            .saturating_add(total / 8)
+            .min(MAX_RESERVE)
             .max(req.size)
             .checked_next_multiple_of(page)
             .unwrap_or(u64::MAX / page * page);

@@ -170,17 +170,19 @@ impl ManualBackend {
                 last_annotation: None,
                 vm: vm::Vm::default(),
             }),
-            virtual_memory: false,
+            virtual_memory: true,
         }
     }
 
-    /// The same device with the virtual-memory interface (`virtual_memory` capability):
-    /// a 2 MiB granularity ([`MANUAL_VM_GRANULARITY`]) and the mock's rules (module
-    /// `manual/vm.rs`); the capacity limits raw allocations and physical handles together.
-    /// Off by default, so the plain backend stays one without the capability.
+    /// The same device without the virtual-memory interface: it no longer declares the
+    /// `virtual_memory` capability and refuses every `vm_*` call with
+    /// [`BackendError::Unsupported`] (as a backend without the interface does). By default
+    /// a manual device has it, with a 2 MiB granularity ([`MANUAL_VM_GRANULARITY`]) and the
+    /// mock's rules (module `manual/vm.rs`); its capacity limits raw allocations and
+    /// physical handles together.
     #[must_use]
-    pub fn with_virtual_memory(mut self) -> Self {
-        self.virtual_memory = true;
+    pub fn without_virtual_memory(mut self) -> Self {
+        self.virtual_memory = false;
         self
     }
 
@@ -274,7 +276,7 @@ impl ManualBackend {
 }
 
 impl ManualBackend {
-    /// Refuses a `vm_*` call unless [`ManualBackend::with_virtual_memory`] was used.
+    /// Refuses a `vm_*` call after [`ManualBackend::without_virtual_memory`].
     fn vm_allowed(&self, call: &'static str) -> Result<(), BackendError> {
         if self.virtual_memory {
             Ok(())

@@ -1,5 +1,5 @@
-//! [`super::ManualBackend`]'s virtual memory (opt-in with
-//! [`super::ManualBackend::with_virtual_memory`]), with the mock's rules: a 2 MiB
+//! [`super::ManualBackend`]'s virtual memory (on unless
+//! [`super::ManualBackend::without_virtual_memory`]), with the mock's rules: a 2 MiB
 //! granularity; every size and address a multiple of it; reserved ranges cost nothing and
 //! the capacity limits physical handles (`fail_nth_malloc` counts them too); a map covers
 //! one whole unmapped handle inside a reserved range, over unmapped pages; an access is
