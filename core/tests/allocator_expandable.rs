@@ -4,6 +4,7 @@
 //! config errors. On [`ManualBackend`], which has virtual memory (2 MiB granularity).
 
 mod common;
+mod observe_support;
 
 use std::sync::Arc;
 
@@ -358,4 +359,58 @@ fn random_allocations_keep_reserved_equal_to_mapped() {
         );
         assert!(alloc.snapshot().segments.is_empty());
     }
+}
+
+#[test]
+fn garbage_collection_unmaps_free_large_pages_before_growing() {
+    let (backend, alloc, [s0, s1]) = setup(
+        100 * MIB,
+        ",per_process_memory_fraction:1.0,garbage_collection_threshold:0.5",
+    );
+    drop(alloc.allocate(60 * MIB, &s0).unwrap());
+    assert_eq!(
+        alloc.stats().reserved_bytes.current,
+        60 * MIB,
+        "cached on s0"
+    );
+    // A miss on s1 finds reserved (60 MiB) above half the limit: s0's free pages go first.
+    let a = alloc.allocate(4 * MIB, &s1).unwrap();
+    let s = alloc.stats();
+    assert_eq!(s.reserved_bytes.current, 20 * MIB);
+    assert_eq!(s.num_device_unmap, 3);
+    assert_eq!(s.num_alloc_retries, 0, "no out-of-memory retry was needed");
+    let snap = alloc.snapshot();
+    assert_eq!(snap.segments.len(), 1);
+    assert_eq!(snap.segments[0].stream, backend.stream_id(&s1));
+    drop(a);
+    consistent(&backend, &alloc);
+}
+
+#[test]
+fn viewer_snapshots_mark_expandable_segments_and_pass_the_checker() {
+    use memreuse_core::observe::ViewerSnapshot;
+    let (_backend, alloc, [s0, _]) = setup(1 << 30, "");
+    let a = alloc.allocate(30 * MIB, &s0).unwrap();
+    let b = alloc.allocate(8 * MIB, &s0).unwrap();
+    drop(a);
+    alloc.empty_cache().unwrap();
+    let viewer = ViewerSnapshot::from_snapshot(0, &alloc.snapshot()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&viewer.to_json().unwrap()).unwrap();
+    let seg = &json["segments"][0];
+    assert_eq!(seg["is_expandable"], true, "{seg}");
+    let actions: Vec<&str> = json["device_traces"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"segment_map") && actions.contains(&"segment_unmap"),
+        "{actions:?}"
+    );
+    let dir = observe_support::temp_dir("expandable-viewer");
+    let file = dir.join("snapshot.pickle");
+    viewer.write_pickle(&file).unwrap();
+    observe_support::check_pickles(&[file], &[]);
+    drop(b);
 }
