@@ -414,3 +414,26 @@ fn viewer_snapshots_mark_expandable_segments_and_pass_the_checker() {
     observe_support::check_pickles(&[file], &[]);
     drop(b);
 }
+
+#[test]
+fn an_unmap_that_fails_midway_leaves_the_rest_mapped_and_consistent() {
+    let (backend, alloc, [s0, _]) = setup(1 << 30, "");
+    drop(alloc.allocate(60 * MIB, &s0).unwrap());
+    backend.fail_nth_vm_unmap(2);
+    let Err(AllocError::Backend(e)) = alloc.empty_cache() else {
+        panic!("expected the injected unmap failure");
+    };
+    assert!(e.to_string().contains("vm_unmap #2"), "{e}");
+    // The first page is unmapped and recorded as such; the other two stay mapped and free.
+    let s = alloc.stats();
+    assert_eq!(s.reserved_bytes.current, 40 * MIB);
+    assert_eq!(s.cached_free_bytes, 40 * MIB);
+    assert_eq!(s.num_device_unmap, 1);
+    consistent(&backend, &alloc);
+    // The next release finishes the job; the next request is served.
+    alloc.empty_cache().unwrap();
+    assert_eq!(backend.physical_bytes(), 0);
+    consistent(&backend, &alloc);
+    drop(alloc.allocate(60 * MIB, &s0).unwrap());
+    consistent(&backend, &alloc);
+}

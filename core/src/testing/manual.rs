@@ -186,6 +186,12 @@ impl ManualBackend {
         self
     }
 
+    /// Makes the `n`-th `vm_unmap` from now fail with [`BackendError::Injected`], leaving
+    /// the mapping in place (`n = 1`: the next one). `n = 0` clears the fault.
+    pub fn fail_nth_vm_unmap(&self, n: u64) {
+        self.state.lock().vm.fail_nth_unmap(n);
+    }
+
     /// `(vm_map calls, vm_unmap calls)` that succeeded so far.
     pub fn vm_calls(&self) -> (u64, u64) {
         let st = self.state.lock();

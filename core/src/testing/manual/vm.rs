@@ -31,6 +31,9 @@ pub(super) struct Vm {
     /// `vm_map` and `vm_unmap` calls that succeeded.
     pub maps: u64,
     pub unmaps: u64,
+    /// `vm_unmap` calls so far, and the one that fails (see `fail_nth_vm_unmap`).
+    unmap_calls: u64,
+    pub fail_unmap_at: Option<u64>,
 }
 
 fn aligned(call: &'static str, what: &str, v: u64) -> Result<(), BackendError> {
@@ -44,6 +47,11 @@ fn aligned(call: &'static str, what: &str, v: u64) -> Result<(), BackendError> {
 }
 
 impl Vm {
+    /// Makes the `n`-th `vm_unmap` from now fail (`n = 0` clears it).
+    pub fn fail_nth_unmap(&mut self, n: u64) {
+        self.fail_unmap_at = (n > 0).then(|| self.unmap_calls + n);
+    }
+
     /// True when every byte of `[ptr, ptr + bytes)` is mapped.
     pub fn covers(&self, ptr: u64, bytes: u64) -> bool {
         let end = ptr.saturating_add(bytes.max(1));
@@ -194,6 +202,14 @@ impl State {
     }
 
     pub(super) fn vm_unmap(&mut self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.vm.unmap_calls += 1;
+        if self.vm.fail_unmap_at == Some(self.vm.unmap_calls) {
+            self.vm.fail_unmap_at = None;
+            return Err(BackendError::Injected {
+                backend: NAME.to_owned(),
+                what: format!("vm_unmap #{} at {at}", self.vm.unmap_calls),
+            });
+        }
         let id = match self.vm.mappings.get(&at.addr()) {
             Some(&(len, id)) if len == bytes => id,
             _ => {
