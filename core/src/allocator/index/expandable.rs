@@ -241,3 +241,154 @@ impl BlockIndex {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const PAGE: u64 = 20 * MIB;
+    const BASE: u64 = 1 << 40;
+    const S: StreamId = StreamId(0);
+
+    fn index() -> BlockIndex {
+        let mut ix = BlockIndex::new(u64::MAX);
+        ix.set_expandable(true);
+        ix
+    }
+
+    /// The blocks of the only segment as `(offset, size, state)` with states `F`ree,
+    /// `A`llocated, `U`nmapped, after checking tiling, merging and the figures.
+    fn layout(ix: &BlockIndex) -> Vec<(u64, u64, char)> {
+        let (&base, seg) = ix.segments().iter().next().expect("one segment");
+        let (mut end, mut out, mut mapped, mut free) = (base, Vec::new(), 0, 0);
+        for b in ix.segment_blocks(seg.head) {
+            assert_eq!(b.ptr, end, "blocks tile the segment");
+            end += b.size;
+            let c = match b.state {
+                BlockState::Free { .. } => 'F',
+                BlockState::Allocated { .. } => 'A',
+                BlockState::Unmapped => 'U',
+                other => panic!("unexpected {other:?}"),
+            };
+            if let Some(&(_, _, last)) = out.last() {
+                assert!(
+                    !(last == c && c != 'A'),
+                    "unmerged neighbours: {out:?} + {c}"
+                );
+            }
+            if c != 'U' {
+                mapped += b.size;
+            }
+            if c == 'F' {
+                free += b.size;
+            }
+            out.push((b.ptr - base, b.size, c));
+        }
+        assert_eq!(end, base + seg.size);
+        let f = ix.figures();
+        assert_eq!(f.reserved_bytes.current(), mapped, "reserved = mapped");
+        assert_eq!(f.cached_free_bytes, free);
+        assert_eq!(f.segment.current(), 0);
+        assert_eq!(f.inactive_split.current(), 0);
+        let in_set: usize = ix.free_blocks(PoolKind::Large).len();
+        assert_eq!(in_set, out.iter().filter(|b| b.2 == 'F').count());
+        out
+    }
+
+    #[test]
+    fn map_hand_out_free_unmap_and_merge_across_pages() {
+        let mut ix = index();
+        let head = ix.add_expandable_segment(BASE, 10 * PAGE, S, PoolKind::Large);
+        assert_eq!(layout(&ix), vec![(0, 10 * PAGE, 'U')]);
+        assert_eq!(ix.find_expandable(head, 30 * MIB), Some(head));
+        let first = ix.map_front(head, 2 * PAGE);
+        assert_eq!(
+            layout(&ix),
+            vec![(0, 2 * PAGE, 'F'), (2 * PAGE, 8 * PAGE, 'U')]
+        );
+        // A hand-out splits off any remainder of at least 512 bytes (both pools).
+        let big = ix.hand_out(first, 30 * MIB, 30 * MIB);
+        let b_slot = ix.best_fit(S, PoolKind::Large, 4 * MIB).unwrap();
+        let small = ix.hand_out(b_slot, 4 * MIB, 4 * MIB);
+        assert_eq!(
+            layout(&ix),
+            vec![
+                (0, 30 * MIB, 'A'),
+                (30 * MIB, 4 * MIB, 'A'),
+                (34 * MIB, 6 * MIB, 'F'),
+                (2 * PAGE, 8 * PAGE, 'U'),
+            ]
+        );
+        // The run for 20 MiB starts at the free block before the unmapped range.
+        let run = ix.find_expandable(head, 20 * MIB).unwrap();
+        assert_eq!(ix.block(run).ptr, BASE + 34 * MIB);
+        let grown = ix.map_front(ix.block(run).next.unwrap(), PAGE);
+        assert_eq!(
+            ix.block(grown).size,
+            26 * MIB,
+            "merged across the page boundary"
+        );
+        // Freeing the first block: free space [0, 30) holds one whole page.
+        let slot = ix.drop_handle(big.block).unwrap();
+        let freed = ix.release(slot);
+        assert_eq!(ix.inner_pages(freed, PAGE), Some((BASE, PAGE)));
+        ix.unmap_range(freed, BASE, PAGE);
+        assert_eq!(
+            layout(&ix),
+            vec![
+                (0, PAGE, 'U'),
+                (PAGE, 10 * MIB, 'F'),
+                (30 * MIB, 4 * MIB, 'A'),
+                (34 * MIB, 26 * MIB, 'F'),
+                (3 * PAGE, 7 * PAGE, 'U'),
+            ]
+        );
+        // The free block at the end holds one whole page ([40, 60)); unmapping it merges
+        // with the unmapped tail, and the partial page before it stays free.
+        let (start, len) = ix.inner_pages(grown, PAGE).unwrap();
+        assert_eq!((start - BASE, len), (2 * PAGE, PAGE));
+        ix.unmap_range(grown, start, len);
+        assert_eq!(
+            layout(&ix),
+            vec![
+                (0, PAGE, 'U'),
+                (PAGE, 10 * MIB, 'F'),
+                (30 * MIB, 4 * MIB, 'A'),
+                (34 * MIB, 6 * MIB, 'F'),
+                (2 * PAGE, 8 * PAGE, 'U'),
+            ]
+        );
+        // Free the last allocation: everything free merges, and unmapping it all leaves one
+        // unmapped block, whose segment can go.
+        let slot = ix.drop_handle(small.block).unwrap();
+        let all = ix.release(slot);
+        assert_eq!(layout(&ix)[1], (PAGE, PAGE, 'F'));
+        let (start, len) = ix.inner_pages(all, PAGE).unwrap();
+        ix.unmap_range(all, start, len);
+        assert_eq!(layout(&ix), vec![(0, 10 * PAGE, 'U')]);
+        let whole = ix.segments()[&BASE].head;
+        assert!(ix.remove_expandable_segment(whole).is_some());
+        assert!(ix.segments().is_empty());
+    }
+
+    #[test]
+    fn a_free_block_without_a_whole_page_is_not_unmapped() {
+        let mut ix = index();
+        let head = ix.add_expandable_segment(BASE, 4 * PAGE, S, PoolKind::Large);
+        let f = ix.map_front(head, PAGE);
+        let a = ix.hand_out(f, 5 * MIB, 5 * MIB);
+        let rest = ix.block(a.block.id).next.unwrap();
+        assert_eq!(
+            ix.inner_pages(rest, PAGE),
+            None,
+            "[5, 20) holds no whole page"
+        );
+        assert_eq!(
+            ix.find_expandable(head, 100 * MIB),
+            None,
+            "80 MiB of room in all"
+        );
+        assert!(ix.remove_expandable_segment(head).is_none(), "still mapped");
+    }
+}
