@@ -260,7 +260,7 @@ fn the_settings_list_and_what_cannot_be_replayed() {
     assert!(matches!(plan(gc, true), Ok(Plan::Replay(_))));
     assert!(matches!(
         plan("expandable_segments:True", true),
-        Ok(Plan::NotAvailable(_))
+        Ok(Plan::Replay(c)) if c.expandable_segments
     ));
     assert!(plan("max_split_size_mb:abc", true).is_err());
     assert!(plan("bogus:1", true).is_err());
@@ -271,7 +271,7 @@ fn the_settings_list_and_what_cannot_be_replayed() {
     for o in &outcomes {
         match &o.outcome {
             Outcome::Replayed(f, _) => assert_eq!(f.reserved_peak_bytes, 2 * MIB),
-            Outcome::NotAvailable(_) => assert_eq!(o.alloc_conf, "expandable_segments:True"),
+            Outcome::NotAvailable(why) => panic!("{}: {why}", o.alloc_conf),
             Outcome::NotApplicable(_) => assert_eq!(&o.alloc_conf, gc),
             Outcome::Failed(why) => panic!("{why}"),
         }
@@ -319,7 +319,13 @@ fn the_command_line_writes_table_json_and_report() {
         out.contains("PyTorch defaults") && out.contains("entry 3"),
         "{out}"
     );
-    assert!(out.contains("not available"), "{out}");
+    // Every default setting replays, expandable segments included.
+    assert!(!out.contains("not available"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("expandable_segments:True") && l.contains("entry 3")),
+        "{out}"
+    );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(doc["format"], "memreuse.whatif/1");
     assert_eq!(

@@ -289,7 +289,7 @@ fn expandable_segments_on_a_backend_without_virtual_memory_is_refused_naming_it(
     use memreuse_core::allocator::CachingAllocator;
     use memreuse_core::testing::ManualBackend;
     use std::sync::Arc;
-    let backend = Arc::new(ManualBackend::new(1 << 30));
+    let backend = Arc::new(ManualBackend::new(1 << 30).without_virtual_memory());
     let cfg = AllocatorConfig::parse("expandable_segments:True").unwrap();
     let e = CachingAllocator::try_new(Arc::clone(&backend), cfg.clone()).unwrap_err();
     assert!(

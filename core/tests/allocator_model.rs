@@ -93,6 +93,15 @@ const CONFIGS: &[&str] = &[
     "per_process_memory_fraction:0.8,garbage_collection_threshold:0.5",
 ];
 
+/// Expandable segments (docs/expandable-segments.md): the same model holds (a page unmapped
+/// and mapped again reuses addresses only within its own stream's segment), and reserved
+/// bytes are the device's mapped bytes.
+const EXPANDABLE_CONFIGS: &[&str] = &[
+    "expandable_segments:True",
+    "expandable_segments:True,expandable_segments_page_size_mb:2",
+    "expandable_segments:True,per_process_memory_fraction:0.8,garbage_collection_threshold:0.5",
+];
+
 struct Live {
     storage: Storage<ManualBackend>,
     stream: usize,
@@ -396,5 +405,10 @@ proptest! {
     #[test]
     fn allocator_matches_model(conf in 0..CONFIGS.len(), ops in prop::collection::vec(op(), 1..200)) {
         run(CONFIGS[conf], &ops);
+    }
+
+    #[test]
+    fn expandable_allocator_matches_model(conf in 0..EXPANDABLE_CONFIGS.len(), ops in prop::collection::vec(op(), 1..200)) {
+        run(EXPANDABLE_CONFIGS[conf], &ops);
     }
 }

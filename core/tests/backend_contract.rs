@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use memreuse_core::Backend;
 use memreuse_core::testing::ManualBackend;
 use memreuse_core::testing::contract::{ContractOptions, check_backend};
 
@@ -39,6 +40,15 @@ fn the_manual_backend_keeps_the_contract_it_can() {
 }
 
 #[test]
+fn the_manual_backend_with_virtual_memory_keeps_the_contract() {
+    let backend = Arc::new(ManualBackend::new(1 << 30));
+    assert!(backend.capabilities().virtual_memory);
+    let report = check_backend(&backend, &manual_options());
+    report.assert_passed();
+    assert!(report.passed.contains(&"virtual_memory"), "{report:?}");
+}
+
+#[test]
 fn a_device_that_never_runs_out_of_memory_is_reported_not_panicked() {
     // The manual device has 1 GiB; asking the kit to expect OOM at 512 MiB makes the
     // device break the (declared) rule: the report says so, with the check's name.
@@ -62,7 +72,7 @@ fn a_device_that_never_runs_out_of_memory_is_reported_not_panicked() {
 #[test]
 fn a_backend_without_virtual_memory_refuses_every_vm_call_naming_itself() {
     use memreuse_core::{AnyBackend, Backend, BackendError, DevicePtr, PhysicalHandle};
-    let manual = ManualBackend::new(1 << 30);
+    let manual = ManualBackend::new(1 << 30).without_virtual_memory();
     assert!(!manual.capabilities().virtual_memory);
     // Through the type-erased handle too: the conformance runner opens backends by name.
     let b = AnyBackend::new(manual);

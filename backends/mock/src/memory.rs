@@ -74,8 +74,8 @@ pub(crate) struct Memory {
     malloc_calls: u64,
     fault: Option<MallocFault>,
     allocs: BTreeMap<u64, RawAlloc>,
-    /// Reserved virtual ranges: base -> length (no memory behind them).
-    reserved: BTreeMap<u64, u64>,
+    /// Reserved virtual ranges by base (no device memory behind them; see `vm.rs`).
+    reserved: BTreeMap<u64, vm::Reserved>,
     /// Live physical handles: id -> handle (their bytes count in `used`).
     physical: BTreeMap<u64, vm::Physical>,
     next_handle: u64,
@@ -229,6 +229,11 @@ impl Memory {
                 format!("{ptr:#x} is not in a live raw allocation"),
             ));
         };
+        if alloc.mapped.is_some() && ptr < base + alloc.len {
+            // A mapping: the range may continue into the next mapping of the same
+            // reserved range.
+            return self.vm_span(call, ptr, end);
+        }
         if end > base + alloc.len || ptr >= base + alloc.len.max(1) {
             return Err(invalid(
                 call,

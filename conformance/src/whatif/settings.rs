@@ -40,12 +40,9 @@ pub enum Plan {
 /// Parses `conf` (a `MEMREUSE_ALLOC_CONF` string); `capacity_known` says whether the replay
 /// has a device size. A malformed string is an error (the caller's usage error).
 pub fn plan(conf: &str, capacity_known: bool) -> Result<Plan, ConfigError> {
+    // Expandable segments replay like any setting: the replay device (`ManualBackend`) has
+    // virtual memory.
     match AllocatorConfig::parse(conf) {
-        // The replay device has no virtual memory yet: an expandable-segments setting is a
-        // known gap, not the user's mistake.
-        Ok(config) if config.expandable_segments => Ok(Plan::NotAvailable(
-            "expandable segments are not implemented by memreuse's allocator yet".to_owned(),
-        )),
         Ok(config) => {
             if !capacity_known
                 && (config.per_process_memory_fraction.is_some()

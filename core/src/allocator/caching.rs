@@ -102,6 +102,16 @@ impl<B: Backend> CachingAllocator<B> {
                 needs: "the virtual_memory capability (reserve, map and unmap device pages)",
             });
         }
+        if config.expandable_segments {
+            let granularity = backend.vm_granularity().unwrap_or(1).max(1);
+            if config.expandable_segments_page_size % granularity != 0 {
+                return Err(ConfigError::PageSize {
+                    page: config.expandable_segments_page_size,
+                    granularity,
+                    backend: backend.name().to_owned(),
+                });
+            }
+        }
         Ok(Self::new(backend, config))
     }
 
@@ -109,7 +119,9 @@ impl<B: Backend> CachingAllocator<B> {
     ///
     /// Infallible, as PyTorch's allocator is: `expandable_segments:True` on a backend
     /// without virtual memory falls back to ordinary segments with a `tracing` warning
-    /// (PyTorch warns and does the same). [`CachingAllocator::try_new`] refuses it instead.
+    /// (PyTorch warns and does the same). [`CachingAllocator::try_new`] refuses it instead,
+    /// and a large-pool page size that is not a multiple of the backend's granularity,
+    /// which this rounds up to one.
     pub fn new(backend: Arc<B>, mut config: AllocatorConfig) -> Arc<Self> {
         if config.expandable_segments && !backend.capabilities().virtual_memory {
             tracing::warn!(

@@ -27,7 +27,8 @@ pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 
 /// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
-     roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments";
+     roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments, \
+     expandable_segments_page_size_mb";
 
 /// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
 /// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
@@ -58,6 +59,13 @@ pub struct AllocatorConfig {
     /// ([`crate::Capabilities::virtual_memory`]); [`crate::allocator::CachingAllocator::try_new`]
     /// refuses it on one without.
     pub expandable_segments: bool,
+    /// Bytes of one large-pool page of an expandable segment (key
+    /// `expandable_segments_page_size_mb`, a whole number of MiB, only with
+    /// `expandable_segments:True`); default 20 MiB, PyTorch's `kLargeBuffer` (torch_npu's
+    /// `page_size:1g` is 1024). It must be a multiple of the backend's mapping granularity:
+    /// [`crate::allocator::CachingAllocator::try_new`] refuses it otherwise
+    /// ([`ConfigError::PageSize`]). Small-pool pages are 2 MiB.
+    pub expandable_segments_page_size: u64,
     /// Capacity of the trace ring buffer (entries); 0 (the default) disables tracing, as
     /// PyTorch's `_record_memory_history` is off by default: a trace entry costs a clock
     /// read, about a fifth of a cached malloc+free pair. Enable it with
@@ -75,6 +83,7 @@ impl Default for AllocatorConfig {
             per_process_memory_fraction: None,
             lazy_reclaim: false,
             expandable_segments: false,
+            expandable_segments_page_size: super::sizes::LARGE_BUFFER,
             trace_capacity: 0,
         }
     }
@@ -186,6 +195,19 @@ pub enum ConfigError {
         backend: String,
         /// The capability it lacks.
         needs: &'static str,
+    },
+    /// `expandable_segments_page_size_mb` is not a multiple of the backend's mapping
+    /// granularity (found by [`crate::allocator::CachingAllocator::try_new`]).
+    #[error(
+        "{ALLOC_CONF_ENV}: expandable_segments_page_size_mb is {page} bytes, not a multiple of backend `{backend}`'s mapping granularity of {granularity} bytes (pick a multiple of it)"
+    )]
+    PageSize {
+        /// The page size asked for, in bytes.
+        page: u64,
+        /// The backend's granularity, in bytes.
+        granularity: u64,
+        /// The backend's name.
+        backend: String,
     },
 }
 
@@ -396,6 +418,17 @@ impl AllocatorConfig {
                 }
                 "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
                 "expandable_segments" => cfg.expandable_segments = parse_bool(key, value)?,
+                "expandable_segments_page_size_mb" => {
+                    let mb = parse_u64(key, value, "a whole number of MiB")?;
+                    cfg.expandable_segments_page_size = mb
+                        .checked_mul(1 << 20)
+                        .filter(|_| (1..=1 << 20).contains(&mb))
+                        .ok_or_else(|| ConfigError::OutOfRange {
+                            key: key.to_owned(),
+                            value: value.to_owned(),
+                            valid: "between 1 and 1048576 (MiB)",
+                        })?;
+                }
                 _ => {
                     return Err(ConfigError::UnknownKey {
                         key: key.to_owned(),
@@ -408,6 +441,12 @@ impl AllocatorConfig {
                 });
             }
             seen.push(key);
+        }
+        if seen.contains(&"expandable_segments_page_size_mb") && !cfg.expandable_segments {
+            return Err(ConfigError::Requires {
+                key: "expandable_segments_page_size_mb".to_owned(),
+                requires: "expandable_segments:True",
+            });
         }
         if cfg.garbage_collection_threshold.is_some() && cfg.per_process_memory_fraction.is_none() {
             return Err(ConfigError::Requires {

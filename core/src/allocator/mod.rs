@@ -13,6 +13,9 @@
 //!   memory figures). No `Backend` type, no device handles; tested alone.
 //! - `state.rs`, `reclaim.rs`, `uses.rs`: the device-facing layer under the allocator lock
 //!   (raw segments, stream uses and events, quarantine, the retry chain's steps).
+//! - `expandable.rs` (with `index/expandable.rs`): `expandable_segments:True`, PyTorch's
+//!   expandable segments: one reserved range per (stream, pool), pages mapped as blocks need
+//!   them and whole free pages unmapped on release (docs/expandable-segments.md).
 //! - `caching.rs`: the public face and the malloc chain, which drops the lock around
 //!   callbacks and observers. The trace ring buffer is off by default
 //!   ([`AllocatorConfig::with_trace_capacity`] turns it on), as PyTorch's memory history is.
@@ -32,6 +35,7 @@ mod caching;
 mod callbacks;
 mod config;
 mod events;
+mod expandable;
 mod fragmentation;
 mod index;
 mod oom;

@@ -145,7 +145,9 @@ impl<B: Backend> State<B> {
     /// `release_available_cached_blocks`). True when enough was released.
     pub fn release_available(&mut self, req: &Request<'_, B>) -> Result<bool, BackendError> {
         let max_split = self.config.max_split_size;
-        if max_split == u64::MAX {
+        // Expandable segments have no oversize segments to release: the chain's next step
+        // unmaps free pages instead.
+        if max_split == u64::MAX || self.config.expandable_segments {
             return Ok(false);
         }
         let key_size = req.size.max(max_split);
@@ -185,6 +187,9 @@ impl<B: Backend> State<B> {
             tracing::debug!(%e, "memreuse allocator: quarantined blocks stay quarantined");
         }
         self.synchronize_and_free_events();
+        if self.config.expandable_segments {
+            self.unmap_free_pages(None, None)?;
+        }
         for kind in [PoolKind::Small, PoolKind::Large] {
             let victims: Vec<u32> = self
                 .index
@@ -217,6 +222,11 @@ impl<B: Backend> State<B> {
             return Ok(());
         }
         let target = reserved - gc_threshold;
+        if self.config.expandable_segments {
+            // Free pages of the large pool, oldest free blocks first.
+            self.unmap_free_pages(Some(PoolKind::Large), Some(target))?;
+            return Ok(());
+        }
         let now = self.index.clock();
         let mut candidates: Vec<(u32, u64, u64)> = self
             .index

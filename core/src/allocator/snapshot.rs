@@ -82,6 +82,10 @@ pub struct SegmentInfo {
     pub stream: StreamId,
     /// Small or large pool.
     pub segment_type: SegmentType,
+    /// True for one mapped run of an expandable segment: as PyTorch's snapshot does, each
+    /// contiguous mapped range of an expandable segment is reported as a segment of its
+    /// own (unmapped addresses are not shown).
+    pub is_expandable: bool,
     /// Blocks in address order; they tile the segment exactly.
     pub blocks: Vec<BlockInfo>,
 }
@@ -105,20 +109,8 @@ impl<B: Backend> State<B> {
         let device = self.backend.device_index();
         let mut segments = Vec::with_capacity(self.index.segments().len());
         for (&address, seg) in self.index.segments() {
-            let mut info = SegmentInfo {
-                device,
-                address,
-                total_size: seg.size,
-                allocated_size: 0,
-                active_size: 0,
-                requested_size: 0,
-                stream: seg.stream,
-                segment_type: match seg.pool {
-                    PoolKind::Small => SegmentType::Small,
-                    PoolKind::Large => SegmentType::Large,
-                },
-                blocks: Vec::new(),
-            };
+            let is_expandable = self.expandable.contains_key(&address);
+            let mut info: Option<SegmentInfo> = None;
             for b in self.index.segment_blocks(seg.head) {
                 let state = match b.state {
                     IndexState::Allocated { .. } => BlockState::ActiveAllocated,
@@ -126,8 +118,31 @@ impl<B: Backend> State<B> {
                         BlockState::ActivePendingFree
                     }
                     IndexState::Free { .. } | IndexState::Vacant => BlockState::Inactive,
+                    IndexState::Unmapped => {
+                        // The end of a mapped run of an expandable segment.
+                        segments.extend(info.take());
+                        continue;
+                    }
                 };
+                let info = info.get_or_insert_with(|| SegmentInfo {
+                    device,
+                    address: if is_expandable { b.ptr } else { address },
+                    total_size: if is_expandable { 0 } else { seg.size },
+                    allocated_size: 0,
+                    active_size: 0,
+                    requested_size: 0,
+                    stream: seg.stream,
+                    segment_type: match seg.pool {
+                        PoolKind::Small => SegmentType::Small,
+                        PoolKind::Large => SegmentType::Large,
+                    },
+                    is_expandable,
+                    blocks: Vec::new(),
+                });
                 let requested = b.state.requested();
+                if is_expandable {
+                    info.total_size += b.size;
+                }
                 if state == BlockState::ActiveAllocated {
                     info.allocated_size += b.size;
                 }
@@ -142,7 +157,7 @@ impl<B: Backend> State<B> {
                     state,
                 });
             }
-            segments.push(info);
+            segments.extend(info);
         }
         Snapshot {
             segments,

@@ -61,6 +61,8 @@ pub(crate) struct CallCounts {
     pub num_sync_all_streams: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
+    pub num_device_map: u64,
+    pub num_device_unmap: u64,
     pub reuse_events_created: u64,
     pub record_stream_calls: u64,
     pub erase_stream_calls: u64,
@@ -94,14 +96,19 @@ pub(crate) struct State<B: Backend> {
     pub allocator_serial: u64,
     /// Hand-outs in the current id space (the low bits of the next [`AllocationId`]).
     pub hand_outs: u64,
+    /// Expandable segments by base address (`expandable.rs`; empty unless
+    /// `expandable_segments:True`).
+    pub expandable: BTreeMap<u64, super::expandable::ExpandableSegment<B::Stream>>,
 }
 
 impl<B: Backend> State<B> {
     pub fn new(backend: Arc<B>, config: AllocatorConfig) -> Self {
         let trace = TraceBuffer::new(config.trace_capacity);
+        let mut index = BlockIndex::new(config.max_split_size);
+        index.set_expandable(config.expandable_segments);
         State {
             backend,
-            index: BlockIndex::new(config.max_split_size),
+            index,
             config,
             dev: Vec::new(),
             segment_streams: BTreeMap::new(),
@@ -115,6 +122,7 @@ impl<B: Backend> State<B> {
             deferred: None,
             allocator_serial: new_allocator_serial(),
             hand_outs: 0,
+            expandable: BTreeMap::new(),
         }
     }
 
@@ -276,6 +284,9 @@ impl<B: Backend> State<B> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
+        if self.config.expandable_segments {
+            return self.alloc_expandable(req);
+        }
         let size = req.alloc_size;
         if let Some(limit) = self.limit()?
             && self
@@ -342,6 +353,8 @@ impl<B: Backend> State<B> {
             num_sync_all_streams: c.num_sync_all_streams,
             num_device_alloc: c.num_device_alloc,
             num_device_free: c.num_device_free,
+            num_device_map: c.num_device_map,
+            num_device_unmap: c.num_device_unmap,
             oversize_allocations: f.oversize_allocations.stat(),
             oversize_segments: f.oversize_segments.stat(),
             reuse_events_created: c.reuse_events_created,

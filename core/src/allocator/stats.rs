@@ -103,6 +103,12 @@ pub struct AllocatorStats {
     pub num_device_alloc: u64,
     /// Raw device frees.
     pub num_device_free: u64,
+    /// `vm_map` calls (one per physical page) of expandable segments; each growth of a
+    /// segment also counts once in `num_device_alloc`, as PyTorch counts `map_block`.
+    pub num_device_map: u64,
+    /// `vm_unmap` calls (one per physical page) of expandable segments; each unmapped
+    /// range also counts once in `num_device_free`, as PyTorch counts `unmap_block`.
+    pub num_device_unmap: u64,
     /// Allocated blocks of at least `max_split_size` bytes.
     pub oversize_allocations: Stat,
     /// Segments of at least `max_split_size` bytes.

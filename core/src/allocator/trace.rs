@@ -19,6 +19,11 @@ pub enum TraceAction {
     SegmentAlloc,
     /// A segment was returned to the device.
     SegmentFree,
+    /// Pages were mapped at the end of an expandable segment's mapped part (PyTorch's
+    /// `segment_map`: address and bytes of the mapped range).
+    SegmentMap,
+    /// Free pages of an expandable segment were unmapped (PyTorch's `segment_unmap`).
+    SegmentUnmap,
     /// A snapshot was taken.
     Snapshot,
     /// An allocation failed with out-of-memory.
@@ -34,6 +39,8 @@ impl TraceAction {
             TraceAction::FreeCompleted => "free_completed",
             TraceAction::SegmentAlloc => "segment_alloc",
             TraceAction::SegmentFree => "segment_free",
+            TraceAction::SegmentMap => "segment_map",
+            TraceAction::SegmentUnmap => "segment_unmap",
             TraceAction::Snapshot => "snapshot",
             TraceAction::Oom => "oom",
         }

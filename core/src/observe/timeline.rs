@@ -122,6 +122,9 @@ impl Timeline {
                 TraceAction::SegmentFree => {
                     self.instant("segment_free", e.stream.0, e.time_us, &args);
                 }
+                TraceAction::SegmentMap | TraceAction::SegmentUnmap => {
+                    self.instant(e.action.as_str(), e.stream.0, e.time_us, &args);
+                }
                 TraceAction::Oom | TraceAction::Snapshot => {
                     let mut args = args;
                     if let Some(free) = e.device_free {

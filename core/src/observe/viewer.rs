@@ -123,7 +123,7 @@ pub struct ViewerSegment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ViewerTraceEntry {
     /// `alloc`, `free_requested`, `free_completed`, `segment_alloc`, `segment_free`,
-    /// `snapshot` or `oom`.
+    /// `segment_map`, `segment_unmap`, `snapshot` or `oom`.
     pub action: &'static str,
     /// Block or segment address (0 for `snapshot` and `oom`).
     pub addr: i64,
@@ -373,7 +373,7 @@ fn convert_segment(seg: &crate::allocator::SegmentInfo) -> Result<ViewerSegment,
         stream: i64_of("stream", seg.stream.0)?,
         segment_type: seg.segment_type.as_str(),
         segment_pool_id: (0, 0),
-        is_expandable: false,
+        is_expandable: seg.is_expandable,
         frames: Vec::new(),
         blocks,
     })
@@ -395,6 +395,7 @@ mod tests {
             requested_size: 0,
             stream: StreamId(3),
             segment_type: SegmentType::Small,
+            is_expandable: false,
             blocks: blocks
                 .into_iter()
                 .map(|(address, size)| BlockInfo {

@@ -129,20 +129,26 @@ impl DeviceDetector {
             if range.start >= range.end {
                 continue;
             }
-            let Some((base, t)) = self.containing(range.start) else {
-                continue;
-            };
-            let end = range.end.min(base + t.len);
-            let acc = Access {
-                start: range.start,
-                end,
-                kind: *kind,
-                comp,
-                tick,
-                op: Arc::clone(op),
-                alloc: t.annotations.owner(range.start),
-            };
-            recorded.push((base, acc));
+            // One access may cover several tracked allocations laid end to end (the
+            // mappings of one reserved range): one piece per allocation.
+            let mut start = range.start;
+            while start < range.end {
+                let Some((base, t)) = self.containing(start) else {
+                    break;
+                };
+                let end = range.end.min(base + t.len);
+                let acc = Access {
+                    start,
+                    end,
+                    kind: *kind,
+                    comp,
+                    tick,
+                    op: Arc::clone(op),
+                    alloc: t.annotations.owner(start),
+                };
+                recorded.push((base, acc));
+                start = end.max(start + 1);
+            }
         }
         let mut reported: Vec<u64> = Vec::new();
         for (base, acc) in &recorded {

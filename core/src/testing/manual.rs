@@ -7,6 +7,11 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::error::BackendError;
 use crate::ids::{AllocationId, DevicePtr, MemoryInfo, StreamId};
+use crate::virtual_memory::PhysicalHandle;
+
+mod vm;
+
+pub use vm::GRANULARITY as MANUAL_VM_GRANULARITY;
 
 const NAME: &str = "manual";
 /// First address handed out: far from 0 so a zero pointer is never valid.
@@ -76,12 +81,15 @@ struct State {
     malloc_calls: u64,
     fail_at_call: Option<u64>,
     last_annotation: Option<(DevicePtr, u64, AllocationId)>,
+    vm: vm::Vm,
 }
 
 /// A device whose streams advance only when the test says so. See the module docs.
 pub struct ManualBackend {
     device_index: usize,
     state: Mutex<State>,
+    /// Declares (and allows) the `vm_*` calls; see [`ManualBackend::with_virtual_memory`].
+    virtual_memory: bool,
 }
 
 impl std::fmt::Debug for ManualBackend {
@@ -132,7 +140,7 @@ impl State {
     ) -> Result<(), BackendError> {
         let inside = self.live.iter().any(|(&base, &size)| {
             ptr.addr() >= base && ptr.addr().saturating_add(bytes) <= base + size
-        });
+        }) || self.vm.covers(ptr.addr(), bytes);
         if inside {
             Ok(())
         } else {
@@ -160,8 +168,39 @@ impl ManualBackend {
                 malloc_calls: 0,
                 fail_at_call: None,
                 last_annotation: None,
+                vm: vm::Vm::default(),
             }),
+            virtual_memory: true,
         }
+    }
+
+    /// The same device without the virtual-memory interface: it no longer declares the
+    /// `virtual_memory` capability and refuses every `vm_*` call with
+    /// [`BackendError::Unsupported`] (as a backend without the interface does). By default
+    /// a manual device has it, with a 2 MiB granularity ([`MANUAL_VM_GRANULARITY`]) and the
+    /// mock's rules (module `manual/vm.rs`); its capacity limits raw allocations and
+    /// physical handles together.
+    #[must_use]
+    pub fn without_virtual_memory(mut self) -> Self {
+        self.virtual_memory = false;
+        self
+    }
+
+    /// Makes the `n`-th `vm_unmap` from now fail with [`BackendError::Injected`], leaving
+    /// the mapping in place (`n = 1`: the next one). `n = 0` clears the fault.
+    pub fn fail_nth_vm_unmap(&self, n: u64) {
+        self.state.lock().vm.fail_nth_unmap(n);
+    }
+
+    /// `(vm_map calls, vm_unmap calls)` that succeeded so far.
+    pub fn vm_calls(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        (st.vm.maps, st.vm.unmaps)
+    }
+
+    /// Bytes of live physical handles.
+    pub fn physical_bytes(&self) -> u64 {
+        self.state.lock().vm.physical_bytes()
     }
 
     /// Completes everything enqueued on `stream` so far (unknown streams are ignored).
@@ -239,6 +278,17 @@ impl ManualBackend {
     /// The last `annotate_allocation` call.
     pub fn last_annotation(&self) -> Option<(DevicePtr, u64, AllocationId)> {
         self.state.lock().last_annotation
+    }
+}
+
+impl ManualBackend {
+    /// Refuses a `vm_*` call after [`ManualBackend::without_virtual_memory`].
+    fn vm_allowed(&self, call: &'static str) -> Result<(), BackendError> {
+        if self.virtual_memory {
+            Ok(())
+        } else {
+            Err(crate::virtual_memory::unsupported(NAME, call))
+        }
     }
 }
 
@@ -436,6 +486,48 @@ impl Backend for ManualBackend {
 
     fn delay(&self, _micros: u64, stream: &ManualStream) -> Result<(), BackendError> {
         self.state.lock().enqueue(stream, "delay").map(|_| ())
+    }
+
+    fn capabilities(&self) -> crate::backend::Capabilities {
+        crate::backend::Capabilities {
+            virtual_memory: self.virtual_memory,
+            ..Default::default()
+        }
+    }
+
+    fn vm_granularity(&self) -> Result<u64, BackendError> {
+        self.vm_allowed("vm_granularity")?;
+        Ok(vm::GRANULARITY)
+    }
+
+    fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
+        self.vm_allowed("vm_reserve")?;
+        self.state.lock().vm_reserve(bytes)
+    }
+
+    fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
+        self.vm_allowed("vm_release")?;
+        self.state.lock().vm_release(base)
+    }
+
+    fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
+        self.vm_allowed("vm_create_physical")?;
+        self.state.lock().vm_create_physical(bytes)
+    }
+
+    fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.vm_allowed("vm_release_physical")?;
+        self.state.lock().vm_release_physical(handle)
+    }
+
+    fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
+        self.vm_allowed("vm_map")?;
+        self.state.lock().vm_map(at, handle)
+    }
+
+    fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
+        self.vm_allowed("vm_unmap")?;
+        self.state.lock().vm_unmap(at, bytes)
     }
 
     fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {

@@ -21,6 +21,6 @@ mod manual;
 mod require_device;
 mod rng;
 
-pub use manual::{ManualBackend, ManualCounters, ManualEvent, ManualStream};
+pub use manual::{MANUAL_VM_GRANULARITY, ManualBackend, ManualCounters, ManualEvent, ManualStream};
 pub use require_device::{REQUIRE_DEVICE_VAR, device_required, skip_without_device};
 pub use rng::SplitMix64;

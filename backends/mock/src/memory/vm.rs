@@ -1,17 +1,27 @@
-//! The mock's virtual memory: reserved address ranges (no memory behind them), physical
-//! handles (what the capacity limits) and mappings of whole handles into reserved ranges.
+//! The mock's virtual memory: reserved address ranges (no device memory behind them),
+//! physical handles (what the capacity limits) and mappings of whole handles into
+//! reserved ranges.
 //!
-//! A mapping is a raw allocation of the handle's length at the mapped address, sharing
-//! the handle's host bytes, so every access check of [`super::Memory::span`] applies:
-//! an unmapped address is refused. One access may not span two mappings (each is its own
-//! allocation, as `span` requires); the mock refuses such a range.
+//! # One backing per reserved range
+//! A backed device gives each reserved range one contiguous host buffer, grown on demand
+//! to the end of its highest mapping (and never shrunk while the range lives: an op
+//! enqueued before an unmap may still hold a span into it, and must not index past the
+//! end). An access is valid exactly when every granule it touches is mapped, so one
+//! access may span several mappings (a block the allocator merged across a page
+//! boundary), and an access touching one unmapped granule is refused
+//! ([`Memory::vm_span`]).
+//!
+//! A handle keeps its bytes while unmapped: `vm_map` copies them into the range's buffer
+//! and `vm_unmap` copies them back out, so a handle mapped again (at the same or another
+//! address) shows the bytes it held. Each mapping is also a [`RawAlloc`] (without host
+//! data of its own) so overlap checks, `free`'s refusal and the race detector see it.
 
 use std::sync::Arc;
 
 use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
-use super::{Buffer, FILL_BYTE, Memory, RawAlloc};
+use super::{Buffer, FILL_BYTE, Memory, RawAlloc, Span};
 use crate::error::{invalid, out_of_memory};
 
 /// The mock's mapping granularity (CUDA's usual 2 MiB).
@@ -20,9 +30,18 @@ pub(crate) const VM_GRANULARITY: u64 = 2 << 20;
 /// One physical handle.
 pub(crate) struct Physical {
     len: u64,
-    data: Option<Buffer>,
+    /// Its bytes while unmapped on a backed device (while mapped they live in the range's
+    /// buffer).
+    data: Option<Vec<u8>>,
     /// Where it is mapped, if it is.
     mapped_at: Option<u64>,
+}
+
+/// One reserved range.
+pub(crate) struct Reserved {
+    len: u64,
+    /// The range's host bytes on a backed device, as long as its highest mapping so far.
+    data: Option<Buffer>,
 }
 
 fn aligned(call: &'static str, what: &str, value: u64) -> Result<(), BackendError> {
@@ -52,13 +71,14 @@ impl Memory {
             })
             .ok_or_else(|| out_of_memory(bytes, "fake address space exhausted"))?;
         self.next_addr = base + bytes + VM_GRANULARITY;
-        self.reserved.insert(base, bytes);
+        let data = self.backing.then(|| Arc::new(Mutex::new(Vec::new())));
+        self.reserved.insert(base, Reserved { len: bytes, data });
         Ok(base)
     }
 
     /// Releases a reserved range none of whose pages is mapped.
     pub(crate) fn vm_release(&mut self, base: u64) -> Result<(), BackendError> {
-        let Some(&len) = self.reserved.get(&base) else {
+        let Some(len) = self.reserved.get(&base).map(|r| r.len) else {
             return Err(invalid(
                 "vm_release",
                 format!("{base:#x} is not the base of a reserved range"),
@@ -94,7 +114,7 @@ impl Memory {
             v.try_reserve_exact(len)
                 .map_err(|e| out_of_memory(bytes, format!("host memory: {e}")))?;
             v.resize(len, FILL_BYTE);
-            Some(Arc::new(Mutex::new(v)))
+            Some(v)
         } else {
             None
         };
@@ -149,17 +169,18 @@ impl Memory {
         }
         let len = p.len;
         let end = at.saturating_add(len);
-        let inside = self
+        let range = self
             .reserved
             .range(..=at)
             .next_back()
-            .is_some_and(|(&b, &l)| end <= b + l);
-        if !inside {
+            .filter(|(b, r)| end <= **b + r.len)
+            .map(|(&b, r)| (b, r.data.clone()));
+        let Some((range_base, range_data)) = range else {
             return Err(invalid(
                 "vm_map",
                 format!("[{at:#x}, {end:#x}) is not inside one reserved range"),
             ));
-        }
+        };
         let overlaps = self
             .allocs
             .range(..end)
@@ -171,18 +192,26 @@ impl Memory {
                 format!("[{at:#x}, {end:#x}) overlaps a mapped page"),
             ));
         }
-        let data = p.data.clone();
+        let (start, stop) = host_range(at - range_base, len)?;
+        if let Some(p) = self.physical.get_mut(&id) {
+            p.mapped_at = Some(at);
+            // Copy in: the range's bytes at the mapping become the handle's.
+            if let (Some(buf), Some(bytes)) = (&range_data, p.data.take()) {
+                let mut v = buf.lock();
+                if v.len() < stop {
+                    v.resize(stop, FILL_BYTE);
+                }
+                v[start..stop].copy_from_slice(&bytes);
+            }
+        }
         self.allocs.insert(
             at,
             RawAlloc {
                 len,
-                data,
+                data: None,
                 mapped: Some(id),
             },
         );
-        if let Some(p) = self.physical.get_mut(&id) {
-            p.mapped_at = Some(at);
-        }
         Ok(len)
     }
 
@@ -202,11 +231,76 @@ impl Memory {
             }
         };
         self.allocs.remove(&at);
+        let range = self
+            .reserved
+            .range(..=at)
+            .next_back()
+            .map(|(&b, r)| (b, r.data.clone()));
         if let Some(p) = self.physical.get_mut(&id) {
             p.mapped_at = None;
+            // Copy out: the handle keeps the bytes it held for a later mapping.
+            if let Some((range_base, Some(buf))) = range {
+                let (start, stop) = host_range(at - range_base, bytes)?;
+                p.data = Some(buf.lock()[start..stop].to_vec());
+            }
         }
         Ok(())
     }
+
+    /// Validates `[ptr, end)`, which starts inside a mapping: every granule it touches
+    /// must be mapped, in one reserved range. The span is relative to the range's base
+    /// (its identity and lock-order key) and its buffer.
+    pub(crate) fn vm_span(
+        &self,
+        call: &'static str,
+        ptr: u64,
+        end: u64,
+    ) -> Result<Span, BackendError> {
+        let Some((&base, range)) = self.reserved.range(..=ptr).next_back() else {
+            return Err(invalid(call, format!("{ptr:#x} is in no reserved range")));
+        };
+        if end > base + range.len {
+            return Err(invalid(
+                call,
+                format!(
+                    "range [{ptr:#x}, {end:#x}) leaves the reserved range [{base:#x}, {:#x})",
+                    base + range.len
+                ),
+            ));
+        }
+        let mut cursor = ptr;
+        while cursor < end {
+            match self.allocs.range(..=cursor).next_back() {
+                Some((&b, a)) if a.mapped.is_some() && cursor < b + a.len => cursor = b + a.len,
+                _ => {
+                    return Err(invalid(
+                        call,
+                        format!(
+                            "range [{ptr:#x}, {end:#x}) touches the unmapped address {cursor:#x}"
+                        ),
+                    ));
+                }
+            }
+        }
+        let (offset, stop) = host_range(ptr - base, end - ptr)?;
+        Ok(Span {
+            base,
+            offset,
+            len: stop - offset,
+            buf: range.data.clone(),
+        })
+    }
+}
+
+/// `[offset, offset + len)` as host indices.
+fn host_range(offset: u64, len: u64) -> Result<(usize, usize), BackendError> {
+    let start = usize::try_from(offset)
+        .map_err(|_| out_of_memory(len, "offset larger than host address space"))?;
+    let stop = offset
+        .checked_add(len)
+        .and_then(|e| usize::try_from(e).ok())
+        .ok_or_else(|| out_of_memory(len, "range larger than host address space"))?;
+    Ok((start, stop))
 }
 
 #[cfg(test)]

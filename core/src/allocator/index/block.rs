@@ -41,6 +41,9 @@ pub(crate) enum BlockState {
     /// Freed by the user, but a query of its events failed: it cannot be proven unused, so
     /// it is never reused until a synchronize of its streams succeeds.
     Quarantined { requested: u64 },
+    /// Addresses of an expandable segment with no physical pages behind them (never in a
+    /// free set; merges only with unmapped neighbours; see `index/expandable.rs`).
+    Unmapped,
 }
 
 impl BlockState {
@@ -50,7 +53,7 @@ impl BlockState {
             BlockState::Allocated { requested, .. }
             | BlockState::PendingFree { requested }
             | BlockState::Quarantined { requested } => requested,
-            BlockState::Vacant | BlockState::Free { .. } => 0,
+            BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped => 0,
         }
     }
 
@@ -119,7 +122,7 @@ impl Slab {
     #[inline]
     pub fn remove(&mut self, slot: u32) {
         let b = &mut self.slots[slot as usize];
-        debug_assert!(b.state.is_free());
+        debug_assert!(b.state.is_free() || b.state == BlockState::Unmapped);
         b.state = BlockState::Vacant;
         b.generation += 1;
         self.vacant.push(slot);
@@ -145,7 +148,10 @@ impl Slab {
     pub fn resolve(&self, r: BlockRef) -> Option<&Block> {
         self.slots.get(r.id as usize).filter(|b| {
             b.generation == r.generation
-                && !matches!(b.state, BlockState::Vacant | BlockState::Free { .. })
+                && !matches!(
+                    b.state,
+                    BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped
+                )
         })
     }
 
@@ -153,7 +159,10 @@ impl Slab {
     pub fn resolve_mut(&mut self, r: BlockRef) -> Option<&mut Block> {
         self.slots.get_mut(r.id as usize).filter(|b| {
             b.generation == r.generation
-                && !matches!(b.state, BlockState::Vacant | BlockState::Free { .. })
+                && !matches!(
+                    b.state,
+                    BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped
+                )
         })
     }
 }

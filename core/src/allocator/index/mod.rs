@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 mod block;
+mod expandable;
 mod figures;
 mod free_set;
 #[cfg(test)]
@@ -80,6 +81,8 @@ pub(crate) struct BlockIndex {
     max_split_size: u64,
     /// Number of allocate calls so far (the clock of garbage-collection ages).
     clock: u64,
+    /// Expandable segments (`expandable.rs`): split rule and `inactive_split` as PyTorch's.
+    expandable: bool,
 }
 
 impl BlockIndex {
@@ -92,6 +95,7 @@ impl BlockIndex {
             figures: Figures::default(),
             max_split_size,
             clock: 0,
+            expandable: false,
         }
     }
 
@@ -208,6 +212,9 @@ impl BlockIndex {
 
     #[inline]
     fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
+        if self.expandable {
+            return; // PyTorch keeps expandable segments out of `inactive_split`
+        }
         self.figures.inactive_split.apply(pool, after.0 - before.0);
         self.figures
             .inactive_split_bytes
@@ -326,7 +333,11 @@ impl BlockIndex {
         let (bsize, ptr, stream, pool, next, segment) =
             (b.size, b.ptr, b.stream, b.pool, b.next, b.segment);
         let whole = b.is_whole_segment();
-        let split = should_split(pool, bsize, size, max_split);
+        let split = if self.expandable {
+            expandable::should_split(bsize, size)
+        } else {
+            should_split(pool, bsize, size, max_split)
+        };
         let rest = bsize - size;
         let remainder = if split {
             let r = self.slab.insert(Block {

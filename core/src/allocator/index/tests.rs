@@ -52,6 +52,10 @@ fn check(ix: &BlockIndex) {
                     quarantined += b.size;
                     active += b.size;
                 }
+                BlockState::Unmapped => assert!(
+                    prev.is_none_or(|p| p.state != BlockState::Unmapped),
+                    "two unmapped neighbours were not merged"
+                ),
                 BlockState::Vacant => panic!("vacant block in a segment"),
             }
             prev = Some(b);

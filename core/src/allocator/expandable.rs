@@ -1,0 +1,354 @@
+//! Expandable segments (`expandable_segments:True`): the device-facing growth and release.
+//!
+//! As PyTorch's `ExpandableSegment`: the first request of a (stream, pool) that no cached
+//! block serves reserves one large range of device addresses for that stream and pool
+//! (9/8 of the device's total memory, rounded up to the page, as PyTorch, at most
+//! [`MAX_RESERVE`]; when the backend reports no total, [`UNKNOWN_CAPACITY_RESERVE`]). Physical pages are mapped at
+//! the lowest unmapped addresses that, with the free block before them, fit the request
+//! (PyTorch's `find_expandable_block` / `map_block`), one physical handle per page: 2 MiB
+//! pages for the small pool, `expandable_segments_page_size_mb` (default 20 MiB) for the
+//! large pool. The index (`index/expandable.rs`) keeps the unmapped ranges as blocks of
+//! their own state, never in a free set, so free blocks merge across page boundaries and
+//! never with unmapped ones.
+//!
+//! Releasing (`empty_cache`, the out-of-memory chain's last step, garbage collection)
+//! unmaps the whole free pages inside free blocks, after synchronizing the segment's
+//! stream (PyTorch's `unmapHandles`; uses by other streams were already waited for by
+//! events, since a block with pending events is not free), and returns a segment's range
+//! to the device once nothing in it is mapped.
+//!
+//! # Costs
+//! Every page is one `vm_create_physical` + `vm_map` when mapped and one `vm_unmap` +
+//! `vm_release_physical` when unmapped; on real devices these are driver calls
+//! (`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`, `aclrtMallocPhysical`/`aclrtMapMem`) far
+//! dearer than a cached hand-out, and unmapping synchronizes a stream. They are counted in
+//! `num_device_map` / `num_device_unmap` of [`super::AllocatorStats`]; a larger large-pool
+//! page means fewer calls and more rounding.
+//!
+//! # Failures
+//! A page that cannot be created (out of memory) or mapped undoes the pages this growth
+//! step mapped and reports out of memory to the chain (PyTorch returns an empty mapped
+//! range); pages mapped by earlier steps of the same request stay as free blocks, which
+//! the chain's release step unmaps. A failed unmap leaves the pages not yet unmapped as
+//! free blocks and returns the error.
+
+use std::collections::BTreeMap;
+
+use crate::backend::Backend;
+use crate::error::BackendError;
+use crate::ids::{DevicePtr, StreamId};
+use crate::virtual_memory::PhysicalHandle;
+
+use super::index::BlockState;
+use super::sizes::{PoolKind, SMALL_BUFFER};
+use super::state::{Request, State};
+use super::trace::TraceAction;
+
+/// Addresses reserved per expandable segment when the backend reports no total memory
+/// (64 GiB: addresses cost nothing, and the capacity still limits what is mapped).
+pub const UNKNOWN_CAPACITY_RESERVE: u64 = 64 << 30;
+/// The most addresses one expandable segment reserves (16 TiB), for a backend whose total
+/// is unlimited (a simulated device of `u64::MAX` bytes).
+pub const MAX_RESERVE: u64 = 1 << 44;
+
+/// One expandable segment: its reserved range, its stream and its mapped pages.
+pub(crate) struct ExpandableSegment<S> {
+    pub stream_id: StreamId,
+    pub pool: PoolKind,
+    /// Synchronized before pages are unmapped.
+    pub stream: S,
+    /// Bytes per page.
+    pub page: u64,
+    /// The physical handle behind each mapped page, by page address.
+    pub pages: BTreeMap<u64, PhysicalHandle>,
+}
+
+impl<B: Backend> State<B> {
+    /// Page size of `pool`'s expandable segments on a backend of granularity `granularity`.
+    fn page_size(&self, pool: PoolKind, granularity: u64) -> u64 {
+        let page = match pool {
+            PoolKind::Small => SMALL_BUFFER,
+            PoolKind::Large => self.config.expandable_segments_page_size,
+        };
+        page.max(granularity).next_multiple_of(granularity.max(1))
+    }
+
+    /// `alloc_segment` with expandable segments: maps pages into the request's segment
+    /// until a free block of at least `req.size` bytes exists; returns its slot.
+    /// `Ok(None)` is out of memory (device, address space or per-process limit).
+    pub fn alloc_expandable(&mut self, req: &Request<'_, B>) -> Result<Option<u32>, BackendError> {
+        let size = req.size;
+        let found = self
+            .expandable
+            .iter()
+            .filter(|(_, e)| e.stream_id == req.stream_id && e.pool == req.pool)
+            .find_map(|(&base, _)| {
+                let head = self.index.segments().get(&base)?.head;
+                Some((base, self.index.find_expandable(head, size)?))
+            });
+        let (base, mut cand) = match found {
+            Some(f) => f,
+            None => match self.new_expandable_segment(req)? {
+                Some(f) => f,
+                None => return Ok(None),
+            },
+        };
+        loop {
+            let b = self.index.block(cand);
+            if b.state.is_free() && b.size >= size {
+                return Ok(Some(cand));
+            }
+            let (target, need) = if b.state == BlockState::Unmapped {
+                (cand, size)
+            } else {
+                match b.next {
+                    Some(n) if self.index.block(n).state == BlockState::Unmapped => {
+                        (n, size - b.size)
+                    }
+                    _ => return Ok(None),
+                }
+            };
+            let (t_ptr, t_size) = {
+                let t = self.index.block(target);
+                (t.ptr, t.size)
+            };
+            let page = self.expandable[&base].page;
+            let bytes = need.min(t_size).next_multiple_of(page);
+            match self.map_pages(base, t_ptr, bytes) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.release_if_unmapped(base)?;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    if let Err(release) = self.release_if_unmapped(base) {
+                        tracing::warn!(%release, "memreuse allocator: an empty expandable segment could not be released");
+                    }
+                    return Err(e);
+                }
+            }
+            self.counts.num_device_alloc += 1;
+            self.trace
+                .push(TraceAction::SegmentMap, t_ptr, bytes, req.stream_id, None);
+            cand = self.index.map_front(target, bytes);
+        }
+    }
+
+    /// Reserves a new expandable segment for the request's (stream, pool).
+    fn new_expandable_segment(
+        &mut self,
+        req: &Request<'_, B>,
+    ) -> Result<Option<(u64, u32)>, BackendError> {
+        let granularity = self.backend.vm_granularity()?;
+        let page = self.page_size(req.pool, granularity);
+        let total = self.backend.memory_info().map_or(0, |m| m.total);
+        let total = if total == 0 {
+            UNKNOWN_CAPACITY_RESERVE
+        } else {
+            total
+        };
+        let size = total
+            .saturating_add(total / 8)
+            .min(MAX_RESERVE)
+            .max(req.size)
+            .checked_next_multiple_of(page)
+            .unwrap_or(u64::MAX / page * page);
+        let base = match self.backend.vm_reserve(size) {
+            Ok(p) => p.addr(),
+            Err(e) if e.is_out_of_memory() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let slot = self
+            .index
+            .add_expandable_segment(base, size, req.stream_id, req.pool);
+        self.expandable.insert(
+            base,
+            ExpandableSegment {
+                stream_id: req.stream_id,
+                pool: req.pool,
+                stream: req.stream.clone(),
+                page,
+                pages: BTreeMap::new(),
+            },
+        );
+        Ok(Some((base, slot)))
+    }
+
+    /// Maps `bytes` (whole pages) at `at` in the segment at `base`, one handle per page.
+    /// `Ok(false)` on out of memory or the per-process limit, after undoing this call's
+    /// pages; other errors are returned after the same undo.
+    fn map_pages(&mut self, base: u64, at: u64, bytes: u64) -> Result<bool, BackendError> {
+        if let Some(limit) = self.limit()?
+            && self
+                .index
+                .figures()
+                .reserved_bytes
+                .current()
+                .saturating_add(bytes)
+                > limit
+        {
+            return Ok(false);
+        }
+        let page = self.expandable[&base].page;
+        let mut done: Vec<(u64, PhysicalHandle)> = Vec::new();
+        let mut failure = None;
+        for addr in (at..at + bytes).step_by(usize::try_from(page).unwrap_or(usize::MAX)) {
+            let handle = match self.backend.vm_create_physical(page) {
+                Ok(h) => h,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            if let Err(e) = self.backend.vm_map(DevicePtr(addr), handle) {
+                if let Err(release) = self.backend.vm_release_physical(handle) {
+                    tracing::warn!(%release, "memreuse allocator: a physical page that failed to map could not be released");
+                }
+                failure = Some(e);
+                break;
+            }
+            self.counts.num_device_map += 1;
+            done.push((addr, handle));
+        }
+        let Some(e) = failure else {
+            self.expandable
+                .get_mut(&base)
+                .expect("segment exists")
+                .pages
+                .extend(done);
+            return Ok(true);
+        };
+        // Undo: the pages were never handed out, so no work uses them.
+        for (addr, handle) in done {
+            let undone = self
+                .backend
+                .vm_unmap(DevicePtr(addr), page)
+                .and_then(|()| self.backend.vm_release_physical(handle));
+            self.counts.num_device_unmap += 1;
+            if let Err(undo) = undone {
+                tracing::error!(%undo, "memreuse allocator: could not undo a partial expandable-segment growth");
+                return Err(undo);
+            }
+        }
+        if e.is_out_of_memory() {
+            Ok(false)
+        } else {
+            Err(e)
+        }
+    }
+
+    /// Returns the segment at `base` to the device when nothing in it is mapped.
+    fn release_if_unmapped(&mut self, base: u64) -> Result<(), BackendError> {
+        let Some(head) = self.index.segments().get(&base).map(|s| s.head) else {
+            return Ok(());
+        };
+        let b = self.index.block(head);
+        if b.state != BlockState::Unmapped || !b.is_whole_segment() {
+            return Ok(());
+        }
+        self.backend.vm_release(DevicePtr(base))?;
+        self.index.remove_expandable_segment(head);
+        self.expandable.remove(&base);
+        Ok(())
+    }
+
+    /// Unmaps the whole free pages inside free blocks of expandable segments of `pool`
+    /// (every pool when `None`), oldest free blocks first, until at least `target` bytes
+    /// were unmapped (all of them when `None`); each segment's stream is synchronized
+    /// before its first page is unmapped, and a segment left with nothing mapped is
+    /// released. Returns the bytes unmapped.
+    pub fn unmap_free_pages(
+        &mut self,
+        pool: Option<PoolKind>,
+        target: Option<u64>,
+    ) -> Result<u64, BackendError> {
+        // (age order key, segment base, slot, start, len)
+        let mut work: Vec<(u64, u64, u32, u64, u64)> = Vec::new();
+        for (&base, e) in &self.expandable {
+            if pool.is_some_and(|p| p != e.pool) {
+                continue;
+            }
+            let Some(seg) = self.index.segments().get(&base) else {
+                continue;
+            };
+            for k in self.index.free_slots(seg.head) {
+                if let Some((start, len)) = self.index.inner_pages(k, e.page) {
+                    let since = match self.index.block(k).state {
+                        BlockState::Free { since } => since,
+                        _ => 0,
+                    };
+                    work.push((since, base, k, start, len));
+                }
+            }
+        }
+        if target.is_some() {
+            work.sort_by_key(|w| w.0);
+        }
+        let mut unmapped = 0u64;
+        let mut synced: Vec<u64> = Vec::new();
+        for (_, base, slot, start, len) in work {
+            if target.is_some_and(|t| unmapped >= t) {
+                break;
+            }
+            if !synced.contains(&base) {
+                self.backend
+                    .synchronize_stream(&self.expandable[&base].stream)?;
+                synced.push(base);
+            }
+            unmapped += self.unmap_range(base, slot, start, len)?;
+        }
+        for base in synced {
+            self.release_if_unmapped(base)?;
+        }
+        Ok(unmapped)
+    }
+
+    /// Unmaps the pages `[start, start + len)` inside the free block in `slot` of the
+    /// segment at `base`. On a failure the pages already unmapped are recorded as such and
+    /// the error returned.
+    fn unmap_range(
+        &mut self,
+        base: u64,
+        slot: u32,
+        start: u64,
+        len: u64,
+    ) -> Result<u64, BackendError> {
+        let (page, stream) = {
+            let e = &self.expandable[&base];
+            (e.page, e.stream_id)
+        };
+        let mut done = 0u64;
+        let mut failure = None;
+        while done < len {
+            let addr = start + done;
+            let Some(&handle) = self.expandable[&base].pages.get(&addr) else {
+                break;
+            };
+            if let Err(e) = self.backend.vm_unmap(DevicePtr(addr), page) {
+                failure = Some(e);
+                break;
+            }
+            self.counts.num_device_unmap += 1;
+            self.expandable
+                .get_mut(&base)
+                .expect("segment exists")
+                .pages
+                .remove(&addr);
+            if let Err(e) = self.backend.vm_release_physical(handle) {
+                // Unmapped, so the index must say so; the handle is lost to this process.
+                tracing::error!(%e, "memreuse allocator: an unmapped page could not be released");
+                failure.get_or_insert(e);
+                done += page;
+                break;
+            }
+            done += page;
+        }
+        if done > 0 {
+            self.index.unmap_range(slot, start, done);
+            self.counts.num_device_free += 1;
+            self.trace
+                .push(TraceAction::SegmentUnmap, start, done, stream, None);
+        }
+        failure.map_or(Ok(done), Err)
+    }
+}
