@@ -9,7 +9,7 @@
 //!
 //! | rule (runtime docs) | refused with |
 //! | --- | --- |
-//! | null out-pointer / pointer argument | 100000 `ACL_ERROR_INVALID_PARAM` |
+//! | null out-pointer / pointer or handle argument (every call, as the ACL layer checks before the driver) | 100000 `ACL_ERROR_INVALID_PARAM` |
 //! | reserve: alignment 0, `expectPtr` NULL, flags 0 (torch_npu passes 1: accepted) | 100000 |
 //! | reserve / malloc-physical size a non-zero multiple of the granularity | 100000 |
 //! | physical prop: handle type NONE, allocation type PINNED, `ACL_HBM_MEM_HUGE` (4) or `ACL_HBM_MEM_HUGE1G` (10), location a device that exists, `reserve` 0; flags 0 | 100000 |
@@ -165,6 +165,10 @@ unsafe extern "C" fn aclrtReserveMemAddress(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> i32 {
     guard("aclrtReleaseMemAddress", code::INTERNAL_ERROR, || {
+        // The ACL layer refuses a null pointer before the driver sees it.
+        if vir_ptr.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let base = vir_ptr as usize as u64;
         with_tables(|t| {
             let r = t.reserved.get(&base).ok_or(code::RT_PARAM_INVALID)?;
@@ -221,6 +225,9 @@ unsafe extern "C" fn aclrtMallocPhysical(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtFreePhysical(handle: *mut c_void) -> i32 {
     guard("aclrtFreePhysical", code::INTERNAL_ERROR, || {
+        if handle.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let key = handle as usize;
         with_tables(|t| {
             let p = t.handles.get(&key).ok_or(code::RT_PARAM_INVALID)?;
@@ -245,7 +252,7 @@ unsafe extern "C" fn aclrtMapMem(
     flags: u64,
 ) -> i32 {
     guard("aclrtMapMem", code::INTERNAL_ERROR, || {
-        if vir_ptr.is_null() || offset != 0 || flags != 0 {
+        if vir_ptr.is_null() || handle.is_null() || offset != 0 || flags != 0 {
             return Err(code::INVALID_PARAM);
         }
         let at = vir_ptr as usize as u64;
@@ -283,6 +290,9 @@ unsafe extern "C" fn aclrtMapMem(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtUnmapMem(vir_ptr: *mut c_void) -> i32 {
     guard("aclrtUnmapMem", code::INTERNAL_ERROR, || {
+        if vir_ptr.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let at = vir_ptr as usize as u64;
         with_tables(|t| {
             let key = *t.mappings.get(&at).ok_or(code::RT_PARAM_INVALID)?;
