@@ -41,7 +41,7 @@ use cudarc::driver::sys;
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::error::{self, BACKEND_NAME};
-use crate::vm_book::{VmBook, check_aligned};
+use crate::vm_book::{VmBook, check_aligned, check_granularity};
 
 /// Whether the device supports virtual memory management, read once at open.
 #[derive(Clone, Debug)]
@@ -171,14 +171,7 @@ impl DeviceVm {
             .map_err(|e| error::driver("cuMemGetAllocationGranularity", e))?;
             Ok(g as u64)
         })?;
-        if !g.is_power_of_two() || g < 256 {
-            return Err(error::invalid(
-                "vm_granularity",
-                format!(
-                    "the driver reported a granularity of {g} bytes, not a power of two of at least 256"
-                ),
-            ));
-        }
+        let g = check_granularity(g)?;
         self.granularity = Some(g);
         Ok(g)
     }
