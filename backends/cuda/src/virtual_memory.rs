@@ -25,7 +25,8 @@
 //! - **Errors.** Each call runs under [`error::guard`] (cudarc panics on a symbol the driver
 //!   lacks: `Unavailable`, never a panic); `CUDA_ERROR_OUT_OF_MEMORY` from `cuMemCreate` or
 //!   `cuMemAddressReserve` is `OutOfMemory` (the allocator's retry chain); other failures are
-//!   `Device` errors naming the call.
+//!   `Device` errors naming the call, as is a granularity that is not a power of two of at
+//!   least 256 bytes (the driver's value breaking the core's rules, not the caller's).
 //! - **Access.** Mapped pages count as live memory for the device's address checks
 //!   (`CudaDevice::check_range`); one access may span adjacent mappings, not a hole.
 //! - **Drop.** What is left mapped, created or reserved is released after the context was
