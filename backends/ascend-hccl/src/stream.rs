@@ -14,7 +14,7 @@ use crate::loader::Api;
 use crate::result::acl_check;
 use crate::sys;
 
-/// A stream of an [`AscendDevice`]; synchronized and destroyed when the last clone drops.
+/// A stream of an [`crate::AscendDevice`]; synchronized and destroyed when the last clone drops.
 #[derive(Clone)]
 pub struct AscendStream(Arc<StreamInner>);
 
