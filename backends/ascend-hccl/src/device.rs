@@ -240,7 +240,10 @@ impl Backend for AscendDevice {
             c.memory_capacity = true;
             c.native_race_detection = self.standin_detects_races();
         }
-        c.virtual_memory = crate::virtual_memory::missing_symbol(self.inner.api).is_none();
+        // The six symbols, and a runtime that does not refuse virtual memory on this part.
+        c.virtual_memory = self
+            .vm(|book, api, _| Ok(book.supported(api)))
+            .unwrap_or(false);
         c
     }
 

@@ -19,6 +19,7 @@
 //! | free physical: a live handle that is not mapped | 107000 |
 //! | release address: the base of a reservation with nothing mapped in it | 107000 |
 //! | malloc physical beyond the device's free bytes | 207001 `ACL_ERROR_RT_MEMORY_ALLOCATION` |
+//! | reserve / malloc physical under the `vm-unsupported` behaviour (a part without virtual memory management) | 207000 `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //!
 //! The runtime documents the rules, not which code each misuse gets: these codes are the
 //! stand-in's choice within the families the runtime uses. Handles are table keys, so an
@@ -33,6 +34,7 @@ use memreuse_core::{Backend, DevicePtr, PhysicalHandle};
 use memreuse_mock::MockDevice;
 use parking_lot::Mutex;
 
+use crate::hccl::{behaves, behaviour};
 use crate::{acl_code, code, current, device_at, guard, next_handle_key, write_out};
 
 /// `ACL_HBM_MEM_HUGE`: 2 MB pages.
@@ -144,6 +146,9 @@ unsafe extern "C" fn aclrtReserveMemAddress(
         if vir_ptr.is_null() || alignment != 0 || !expect_ptr.is_null() || flags > 1 {
             return Err(code::INVALID_PARAM);
         }
+        if behaves(behaviour::VM_UNSUPPORTED) {
+            return Err(code::RT_FEATURE_NOT_SUPPORT);
+        }
         let bytes = multiple(size, GRANULARITY_2M)?;
         let (index, dev) = current()?;
         let base = dev.vm_reserve(bytes).map_err(|e| acl_code(&e))?;
@@ -201,6 +206,9 @@ unsafe extern "C" fn aclrtMallocPhysical(
             return Err(code::INVALID_PARAM);
         }
         let bytes = multiple(size, granularity_of(p.mem_attr)?)?;
+        if behaves(behaviour::VM_UNSUPPORTED) {
+            return Err(code::RT_FEATURE_NOT_SUPPORT);
+        }
         let index = usize::try_from(p.location_id).map_err(|_| code::INVALID_PARAM)?;
         let dev = device_at(index).ok_or(code::INVALID_PARAM)?;
         let mock = dev.vm_create_physical(bytes).map_err(|e| acl_code(&e))?;
