@@ -310,6 +310,25 @@ mod tests {
     }
 
     #[test]
+    fn a_variable_that_is_not_unicode_is_refused_unless_a_flag_is_given() {
+        use std::os::unix::ffi::OsStringExt;
+        let bytes = || {
+            Some(std::ffi::OsString::from_vec(
+                b"expandable_segments:\xff".to_vec(),
+            ))
+        };
+        assert_eq!(resolve(&[], bytes()), Err(AllocConfError::EnvNotUnicode));
+        assert!(
+            AllocConfError::EnvNotUnicode
+                .to_string()
+                .contains("MEMREUSE_ALLOC_CONF is not valid Unicode"),
+        );
+        // With a flag the variable is not read, whatever it holds.
+        let got = resolve(&["max_split_size_mb:20".to_owned()], bytes()).unwrap();
+        assert_eq!(texts(&got), [Some("max_split_size_mb:20")]);
+    }
+
+    #[test]
     fn tags_are_stable_short_safe_and_distinct() {
         let a = file_tag("max_split_size_mb:20");
         assert_eq!(a, file_tag("max_split_size_mb:20"), "stable");

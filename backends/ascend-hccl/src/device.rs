@@ -36,6 +36,8 @@ use crate::events::EventPool;
 use crate::loader::Api;
 use crate::result::{BACKEND, acl_check, invalid};
 use crate::staging::{Pinned, PinnedPool};
+pub use crate::stream::AscendStream;
+use crate::stream::{create_stream, sync_stream_raw};
 use crate::sys;
 use crate::virtual_memory::VmBook;
 
@@ -50,88 +52,6 @@ thread_local! {
 
 /// Bumped whenever every thread's binding becomes stale (finalize, stand-in reconfigure).
 static GENERATION: AtomicUsize = AtomicUsize::new(1);
-
-/// A stream of an [`AscendDevice`]; synchronized and destroyed when the last clone drops.
-#[derive(Clone)]
-pub struct AscendStream(Arc<StreamInner>);
-
-struct StreamInner {
-    raw: usize,
-    device: i32,
-    api: &'static Api,
-    /// The owning device's synchronize timeout (shared, so a later change applies).
-    timeout_ms: Arc<AtomicI32>,
-}
-
-impl AscendStream {
-    pub(crate) fn raw_handle(&self) -> sys::aclrtStream {
-        self.0.raw as sys::aclrtStream
-    }
-}
-
-/// `aclrtSynchronizeStreamWithTimeout` when a timeout is set and the runtime has it, else
-/// `aclrtSynchronizeStream`; returns the status and the call's name.
-fn sync_stream_raw(api: &Api, raw: sys::aclrtStream, timeout_ms: i32) -> (i32, &'static str) {
-    match api.aclrtSynchronizeStreamWithTimeout {
-        Some(f) if timeout_ms >= 0 => {
-            // SAFETY: live stream handle, plain integer.
-            (
-                unsafe { f(raw, timeout_ms) },
-                "aclrtSynchronizeStreamWithTimeout",
-            )
-        }
-        // SAFETY: live stream handle.
-        _ => (
-            unsafe { (api.aclrtSynchronizeStream)(raw) },
-            "aclrtSynchronizeStream",
-        ),
-    }
-}
-
-impl Drop for StreamInner {
-    fn drop(&mut self) {
-        if bind(self.api, self.device).is_err() {
-            return;
-        }
-        let raw = self.raw as sys::aclrtStream;
-        // aclrtDestroyStream requires the stream's work to be finished.
-        let (synced, _) = sync_stream_raw(self.api, raw, self.timeout_ms.load(Ordering::Relaxed));
-        let (code, call) = match (synced, self.api.aclrtDestroyStreamForce) {
-            // SAFETY: `raw` was created by aclrtCreateStream and is destroyed once, here.
-            (sys::ACL_SUCCESS, _) | (_, None) => (
-                unsafe { (self.api.aclrtDestroyStream)(raw) },
-                "aclrtDestroyStream",
-            ),
-            // An abort path: the stream is hung or failed; force it.
-            // SAFETY: as above.
-            (_, Some(force)) => (unsafe { force(raw) }, "aclrtDestroyStreamForce"),
-        };
-        if code != sys::ACL_SUCCESS {
-            tracing::warn!(code, synced, call, "destroying a stream failed");
-        }
-    }
-}
-
-impl PartialEq for AscendStream {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.raw == other.0.raw
-    }
-}
-impl Eq for AscendStream {}
-impl std::hash::Hash for AscendStream {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.raw.hash(state);
-    }
-}
-impl std::fmt::Debug for AscendStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "AscendStream({:#x} on npu:{})",
-            self.0.raw, self.0.device
-        )
-    }
-}
 
 /// A pinned buffer holding bytes an enqueued host-to-device copy still reads.
 struct Staging {
@@ -280,24 +200,6 @@ impl AscendDevice {
     }
 }
 
-fn create_stream(
-    api: &'static Api,
-    device: i32,
-    timeout_ms: &Arc<AtomicI32>,
-) -> Result<AscendStream, BackendError> {
-    bind(api, device)?;
-    let mut raw: sys::aclrtStream = std::ptr::null_mut();
-    // SAFETY: `raw` is a valid out-pointer.
-    let code = unsafe { (api.aclrtCreateStream)(&raw mut raw) };
-    acl_check(code, "aclrtCreateStream", 0)?;
-    Ok(AscendStream(Arc::new(StreamInner {
-        raw: raw as usize,
-        device,
-        api,
-        timeout_ms: Arc::clone(timeout_ms),
-    })))
-}
-
 fn dptr(p: DevicePtr) -> *mut c_void {
     p.addr() as usize as *mut c_void
 }
@@ -338,7 +240,10 @@ impl Backend for AscendDevice {
             c.memory_capacity = true;
             c.native_race_detection = self.standin_detects_races();
         }
-        c.virtual_memory = crate::virtual_memory::missing_symbol(self.inner.api).is_none();
+        // The six symbols, and a runtime that does not refuse virtual memory on this part.
+        c.virtual_memory = self
+            .vm(|book, api, _| Ok(book.supported(api)))
+            .unwrap_or(false);
         c
     }
 
@@ -388,7 +293,7 @@ impl Backend for AscendDevice {
     }
 
     fn stream_id(&self, stream: &AscendStream) -> StreamId {
-        StreamId(stream.0.raw as u64)
+        StreamId(stream.raw_handle() as usize as u64)
     }
 
     fn create_event(&self) -> Result<AscendEvent, BackendError> {

@@ -32,6 +32,7 @@ mod races;
 pub mod registry;
 pub mod result;
 mod staging;
+mod stream;
 pub mod sys;
 pub mod virtual_memory;
 

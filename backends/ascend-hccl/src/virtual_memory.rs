@@ -8,6 +8,12 @@
 //!   one of them every `vm_*` call is [`BackendError::Unsupported`] naming the missing
 //!   symbol. `aclrtMemGetAllocationGranularity` is optional on its own: without it the
 //!   granularity is [`FALLBACK_GRANULARITY`] (the 2 MB page of `ACL_HBM_MEM_HUGE`).
+//! - **Supported by the part.** A library may export the calls on a part or driver without
+//!   virtual memory management, whose `aclrtReserveMemAddress` answers
+//!   `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (207000). So the first capability query or `vm_*`
+//!   call reserves and releases one 2 MB page; a 207000 there declares no capability and
+//!   makes every `vm_*` call `Unsupported` with that reason, so `expandable_segments:True`
+//!   is refused when the allocator opens instead of failing its first allocation.
 //! - **Arguments as the runtime documents them.** Reserve with alignment 0, `expectPtr`
 //!   NULL, flags 0; physical memory is `ACL_MEM_HANDLE_TYPE_NONE`,
 //!   `ACL_MEM_ALLOCATION_TYPE_PINNED`, `ACL_HBM_MEM_HUGE` on this device, flags 0, size a
@@ -78,16 +84,29 @@ fn fns(api: &Api) -> Result<Fns, &'static str> {
     })
 }
 
-fn require(api: &Api, call: &'static str) -> Result<Fns, BackendError> {
-    fns(api).map_err(|symbol| BackendError::Unsupported {
-        backend: BACKEND.to_owned(),
-        call,
-        reason: format!(
-            "the ACL runtime loaded from {} does not export `{symbol}`, so this device has no \
-             virtual-memory interface (needed by expandable_segments:True)",
-            api.source
-        ),
-    })
+/// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`: what `aclrtReserveMemAddress` answers on a part or
+/// driver without virtual memory management, although the library exports the symbol (the
+/// ACL layer has a branch of its own for it).
+const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: i32 = 207_000;
+
+/// Whether the runtime manages virtual memory on the bound device: one granule reserved
+/// and released. `Err` (why, in words) only for `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`; any
+/// other answer is no verdict, and the real calls report their own errors.
+fn probe(f: &Fns) -> Result<(), String> {
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `p` is a valid out-pointer; alignment 0, expectPtr NULL and flags 0 are the
+    // documented values; 2 MB is one page of `ACL_HBM_MEM_HUGE`.
+    let code = unsafe { (f.reserve)(&raw mut p, 2 << 20, 0, std::ptr::null_mut(), 0) };
+    if code == ACL_ERROR_RT_FEATURE_NOT_SUPPORT {
+        return Err(format!(
+            "answers aclrtReserveMemAddress with ACL_ERROR_RT_FEATURE_NOT_SUPPORT ({code})"
+        ));
+    }
+    if code == sys::ACL_SUCCESS && !p.is_null() {
+        // SAFETY: the reservation made just now, never mapped, released once.
+        let _ = unsafe { (f.release)(p) };
+    }
+    Ok(())
 }
 
 /// One physical handle this device created.
@@ -99,6 +118,8 @@ struct Physical {
 /// What one device reserved, created and mapped (see the module docs).
 #[derive(Default)]
 pub(crate) struct VmBook {
+    /// The [`probe`]'s answer, once asked.
+    probed: Option<Result<(), String>>,
     granularity: Option<u64>,
     /// Reserved ranges: base -> bytes.
     reserved: BTreeMap<u64, u64>,
@@ -126,10 +147,35 @@ fn huge_pages_of(
 }
 
 impl VmBook {
+    /// The six functions, if the runtime exports them and does not refuse virtual memory
+    /// on this device ([`probe`], asked once); else `Unsupported` saying why.
+    fn require(&mut self, api: &Api, call: &'static str) -> Result<Fns, BackendError> {
+        let unsupported = |why: String| BackendError::Unsupported {
+            backend: BACKEND.to_owned(),
+            call,
+            reason: format!(
+                "the ACL runtime loaded from {} {why}, so this device has no virtual-memory \
+                 interface (needed by expandable_segments:True)",
+                api.source
+            ),
+        };
+        let f = fns(api).map_err(|symbol| unsupported(format!("does not export `{symbol}`")))?;
+        match self.probed.get_or_insert_with(|| probe(&f)) {
+            Ok(()) => Ok(f),
+            Err(why) => Err(unsupported(why.clone())),
+        }
+    }
+
+    /// True when every `vm_*` call may run: the capability (probes once; the device is
+    /// bound).
+    pub(crate) fn supported(&mut self, api: &Api) -> bool {
+        self.require(api, "capabilities").is_ok()
+    }
+
     /// The granularity (asked once): `aclrtMemGetAllocationGranularity` with the minimum
     /// option for `ACL_HBM_MEM_HUGE` memory of `device`, else [`FALLBACK_GRANULARITY`].
     pub(crate) fn granularity(&mut self, api: &Api, device: i32) -> Result<u64, BackendError> {
-        require(api, "vm_granularity")?;
+        self.require(api, "vm_granularity")?;
         if let Some(g) = self.granularity {
             return Ok(g);
         }
@@ -194,7 +240,7 @@ impl VmBook {
         device: i32,
         bytes: u64,
     ) -> Result<DevicePtr, BackendError> {
-        let f = require(api, "vm_reserve")?;
+        let f = self.require(api, "vm_reserve")?;
         self.aligned(api, device, "vm_reserve", "size", bytes)?;
         let size = size_t("vm_reserve", bytes)?;
         let mut p: *mut c_void = std::ptr::null_mut();
@@ -209,7 +255,7 @@ impl VmBook {
 
     /// `aclrtReleaseMemAddress` of a reserved range with no mapping.
     pub(crate) fn release(&mut self, api: &Api, base: DevicePtr) -> Result<(), BackendError> {
-        let f = require(api, "vm_release")?;
+        let f = self.require(api, "vm_release")?;
         let Some(&len) = self.reserved.get(&base.addr()) else {
             return Err(invalid(
                 "vm_release",
@@ -236,7 +282,7 @@ impl VmBook {
         device: i32,
         bytes: u64,
     ) -> Result<PhysicalHandle, BackendError> {
-        let f = require(api, "vm_create_physical")?;
+        let f = self.require(api, "vm_create_physical")?;
         self.aligned(api, device, "vm_create_physical", "size", bytes)?;
         let size = size_t("vm_create_physical", bytes)?;
         let prop = huge_pages_of("vm_create_physical", device)?;
@@ -262,7 +308,7 @@ impl VmBook {
         api: &Api,
         handle: PhysicalHandle,
     ) -> Result<(), BackendError> {
-        let f = require(api, "vm_release_physical")?;
+        let f = self.require(api, "vm_release_physical")?;
         match self.handles.get(&handle.0) {
             None => {
                 return Err(invalid(
@@ -297,7 +343,7 @@ impl VmBook {
         at: DevicePtr,
         handle: PhysicalHandle,
     ) -> Result<(), BackendError> {
-        let f = require(api, "vm_map")?;
+        let f = self.require(api, "vm_map")?;
         self.aligned(api, device, "vm_map", "address", at.addr())?;
         let bytes = match self.handles.get(&handle.0) {
             None => {
@@ -360,7 +406,7 @@ impl VmBook {
         at: DevicePtr,
         bytes: u64,
     ) -> Result<(), BackendError> {
-        let f = require(api, "vm_unmap")?;
+        let f = self.require(api, "vm_unmap")?;
         let handle = match self.mappings.get(&at.addr()) {
             Some(&(len, h)) if len == bytes => h,
             Some(&(len, _)) => {

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{calls, configure, serial, standin};
+use common::{calls, configure, serial, set_behaviour, standin};
 use memreuse_ascend::AscendDevice;
 use memreuse_ascend::registry::open_world_with;
 use memreuse_ascend::virtual_memory::{FALLBACK_GRANULARITY, VM_SYMBOLS};
@@ -85,6 +85,63 @@ fn a_runtime_without_a_vm_symbol_declares_no_virtual_memory_and_names_the_symbol
         // The kit's check for a backend without the capability: Unsupported, not a crash.
         check_backend(&Arc::new(dev), &ContractOptions::default()).assert_passed();
     }
+}
+
+/// The stand-in's `vm-unsupported` behaviour bit.
+const VM_UNSUPPORTED: u32 = 8;
+
+#[test]
+fn a_part_that_answers_feature_not_supported_declares_no_virtual_memory() {
+    use memreuse_core::allocator::{AllocatorConfig, CachingAllocator, ConfigError};
+    let _g = serial();
+    configure(1, 64 << 20, 0);
+    let api = standin(&[]);
+    // Every symbol is exported, but the part refuses virtual memory (207000).
+    let previous = set_behaviour(VM_UNSUPPORTED);
+    let dev = AscendDevice::open(api, 0).unwrap();
+    assert!(
+        !dev.capabilities().virtual_memory,
+        "declared on a part without it"
+    );
+    for r in [
+        dev.vm_reserve(G).map(|_| ()),
+        dev.vm_create_physical(G).map(|_| ()),
+        dev.vm_granularity().map(|_| ()),
+    ] {
+        match r {
+            Err(BackendError::Unsupported { reason, .. }) => {
+                assert!(
+                    reason.contains("ACL_ERROR_RT_FEATURE_NOT_SUPPORT"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+    let dev = Arc::new(dev);
+    // So expandable segments are refused when the allocator opens (the runner's skip),
+    // not at its first allocation.
+    let config = AllocatorConfig::parse("expandable_segments:True").unwrap();
+    let refused = CachingAllocator::try_new(Arc::clone(&dev), config);
+    assert!(
+        matches!(refused, Err(ConfigError::Unsupported { .. })),
+        "{:?}",
+        refused.err()
+    );
+    check_backend(&dev, &ContractOptions::default()).assert_passed();
+    drop(dev);
+    // A part that supports it: the probe's page is released again, nothing is left.
+    set_behaviour(previous);
+    let dev = AscendDevice::open(api, 0).unwrap();
+    let free = dev.memory_info().unwrap().free;
+    assert!(dev.capabilities().virtual_memory);
+    assert_eq!(
+        dev.memory_info().unwrap().free,
+        free,
+        "the probe holds no memory"
+    );
+    let base = dev.vm_reserve(2 * G).unwrap();
+    dev.vm_release(base).unwrap();
 }
 
 #[test]

@@ -308,3 +308,38 @@ fn map_and_unmap_keep_every_documented_rule() {
     assert_eq!(free_physical(api, k), 0);
     assert_eq!(release(api, base), 0);
 }
+
+#[test]
+fn a_null_address_or_handle_is_invalid_param_on_every_call() {
+    // The ACL layer checks every pointer and handle for null before the driver looks
+    // anything up, so a null is 100000 (an argument value), never 107000 (a state).
+    let _g = serial();
+    let api = setup(16 << 20);
+    let prop = aclrtPhysicalMemProp::device_huge(0);
+    let (_, base) = reserve(api, 4 * G, 0, null_mut(), 0);
+    let (_, h) = malloc_physical(api, 2 * G, &prop, 0);
+    for (call, code) in [
+        ("aclrtReleaseMemAddress(NULL)", release(api, 0)),
+        ("aclrtFreePhysical(NULL)", free_physical(api, 0)),
+        ("aclrtUnmapMem(NULL)", unmap(api, 0)),
+        (
+            "aclrtMapMem(.., handle NULL, ..)",
+            map(api, base, 2 * G, 0, 0, 0),
+        ),
+    ] {
+        assert_eq!(code, INVALID_PARAM, "{call}");
+    }
+    let mut out = null_mut();
+    // SAFETY: a valid out-pointer and a null prop, which the stand-in refuses unread.
+    let no_prop =
+        unsafe { api.aclrtMallocPhysical.unwrap()(&raw mut out, 2 * G, std::ptr::null(), 0) };
+    assert_eq!(
+        no_prop, INVALID_PARAM,
+        "aclrtMallocPhysical(.., prop NULL, ..)"
+    );
+    // Nothing refused changed anything.
+    assert_eq!(map(api, base, 2 * G, 0, h, 0), 0);
+    assert_eq!(unmap(api, base), 0);
+    assert_eq!(free_physical(api, h), 0);
+    assert_eq!(release(api, base), 0);
+}

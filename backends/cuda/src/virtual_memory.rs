@@ -25,7 +25,8 @@
 //! - **Errors.** Each call runs under [`error::guard`] (cudarc panics on a symbol the driver
 //!   lacks: `Unavailable`, never a panic); `CUDA_ERROR_OUT_OF_MEMORY` from `cuMemCreate` or
 //!   `cuMemAddressReserve` is `OutOfMemory` (the allocator's retry chain); other failures are
-//!   `Device` errors naming the call.
+//!   `Device` errors naming the call, as is a granularity that is not a power of two of at
+//!   least 256 bytes (the driver's value breaking the core's rules, not the caller's).
 //! - **Access.** Mapped pages count as live memory for the device's address checks
 //!   (`CudaDevice::check_range`); one access may span adjacent mappings, not a hole.
 //! - **Drop.** What is left mapped, created or reserved is released after the context was
@@ -41,7 +42,7 @@ use cudarc::driver::sys;
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::error::{self, BACKEND_NAME};
-use crate::vm_book::{VmBook, check_aligned};
+use crate::vm_book::{VmBook, check_aligned, check_granularity};
 
 /// Whether the device supports virtual memory management, read once at open.
 #[derive(Clone, Debug)]
@@ -171,14 +172,7 @@ impl DeviceVm {
             .map_err(|e| error::driver("cuMemGetAllocationGranularity", e))?;
             Ok(g as u64)
         })?;
-        if !g.is_power_of_two() || g < 256 {
-            return Err(error::invalid(
-                "vm_granularity",
-                format!(
-                    "the driver reported a granularity of {g} bytes, not a power of two of at least 256"
-                ),
-            ));
-        }
+        let g = check_granularity(g)?;
         self.granularity = Some(g);
         Ok(g)
     }

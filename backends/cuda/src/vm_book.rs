@@ -11,6 +11,10 @@ use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::error;
 
+/// The smallest granularity accepted from the driver: the allocation alignment every
+/// backend keeps (`memreuse_core::Capabilities::allocation_alignment`).
+const MIN_GRANULARITY: u64 = 256;
+
 /// One physical handle.
 struct Physical {
     bytes: u64,
@@ -54,6 +58,25 @@ pub(crate) fn check_aligned(
         ));
     }
     Ok(())
+}
+
+/// The granularity the driver reported, if it keeps the core's rules (a power of two, a
+/// multiple of the 256-byte allocation alignment). Anything else is the driver's fault,
+/// not the caller's: a `Device` error naming the call, never `InvalidArgument`.
+pub(crate) fn check_granularity(g: u64) -> Result<u64, BackendError> {
+    if g.is_power_of_two() && g >= MIN_GRANULARITY {
+        return Ok(g);
+    }
+    Err(BackendError::Device {
+        backend: error::BACKEND_NAME.to_owned(),
+        call: "cuMemGetAllocationGranularity",
+        code: 0,
+        code_name: "CUDA_SUCCESS".to_owned(),
+        message: format!(
+            "the driver reported a granularity of {g} bytes, not a power of two of at least \
+             {MIN_GRANULARITY}"
+        ),
+    })
 }
 
 impl VmBook {
@@ -208,6 +231,15 @@ impl VmBook {
     /// True when every byte of `[start, end)` is mapped (possibly by several adjacent
     /// mappings: one access may span them, as on the device).
     pub(crate) fn covers(&self, start: u64, end: u64) -> bool {
+        if start >= end {
+            // An empty range is covered where a mapping holds its address or ends there
+            // (as `check_range` treats an allocation), not anywhere at all.
+            return self
+                .mappings
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(&m, &(len, _))| start <= m + len);
+        }
         let mut at = start;
         while at < end {
             match self.mappings.range(..=at).next_back() {
@@ -327,11 +359,39 @@ mod tests {
             !b.covers(base + 4 * G - 1, base + 4 * G + 1),
             "past the end"
         );
+        // Empty ranges: inside a mapping or at its end, yes; in a hole or outside, no
+        // (before, an empty range was covered at any address).
+        assert!(b.covers(base + G, base + G) && b.covers(base + 2 * G, base + 2 * G));
+        assert!(
+            !b.covers(base + 2 * G + 64, base + 2 * G + 64),
+            "in the hole"
+        );
+        assert!(
+            !b.covers(base + 64 * G, base + 64 * G),
+            "far past every mapping"
+        );
+        assert!(!b.covers(64, 64), "below every mapping");
         let held = b.take_all();
         assert_eq!(
             (held.mappings.len(), held.handles.len(), held.ranges.len()),
             (3, 3, 1)
         );
         assert!(!b.covers(base, base + 1), "nothing left");
+    }
+
+    #[test]
+    fn a_granularity_breaking_the_core_rules_is_the_drivers_error() {
+        for good in [256, 2 << 20, 1 << 30] {
+            assert_eq!(check_granularity(good).unwrap(), good);
+        }
+        for bad in [0, 128, 3 << 20, (2 << 20) + 256] {
+            match check_granularity(bad) {
+                Err(BackendError::Device { call, message, .. }) => {
+                    assert_eq!(call, "cuMemGetAllocationGranularity");
+                    assert!(message.contains(&format!("{bad} bytes")), "{message}");
+                }
+                other => panic!("{bad}: expected a Device error, got {other:?}"),
+            }
+        }
     }
 }

@@ -18,14 +18,15 @@
 //! | `memreuse_standin_set_comm_busy(comm, n)` | HCCL code | the next `n` `HcclCommDestroy` calls on `comm` answer `HCCL_E_AGAIN` |
 //! | `memreuse_standin_set_stuck_calls(comm, n)` | HCCL code | the next `n` HCCL calls on `comm` block on the host until it is destroyed (a call stuck inside HCCL) |
 //! | `memreuse_standin_blocked_calls(comm)` | count | calls on `comm` blocked right now (negative: an HCCL code) |
-//! | `memreuse_standin_set_behaviour(bits)` | previous bits | behaviour profile (1: async error unsupported, 2: group unsupported, 4: barrier unsupported) |
+//! | `memreuse_standin_set_behaviour(bits)` | previous bits | behaviour profile (1: async error unsupported, 2: group unsupported, 4: barrier unsupported, 8: virtual memory unsupported) |
 //! | `memreuse_standin_last_root_info_device()` | device | the current device of the thread that made the last root info (-1: none) |
 //! | `memreuse_standin_live_streams()` | count | stream handles not destroyed |
 //! | `memreuse_standin_profile()` | C string | the build variant: `default`, `cann80` or `cann85` |
 //!
 //! The behaviour profile is also read from `MEMREUSE_STANDIN_BEHAVIOUR` (comma-separated
-//! `async-error-unsupported`, `group-unsupported`, `barrier-unsupported`) whenever the
-//! cluster is (re)configured; an unknown name makes configuration fail.
+//! `async-error-unsupported`, `group-unsupported`, `barrier-unsupported`,
+//! `vm-unsupported`) whenever the cluster is (re)configured; an unknown name makes
+//! configuration fail.
 //!
 //! Race report lines: `KIND START END` then, for the earlier and the later access,
 //! `STREAM R|W ALLOC`, then a tab, the earlier op, a tab, the later op (KIND is `reuse` or

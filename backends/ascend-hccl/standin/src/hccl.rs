@@ -53,18 +53,23 @@ pub(crate) mod behaviour {
     pub const GROUP_UNSUPPORTED: u32 = 2;
     /// `HcclBarrier` answers `HCCL_E_NOT_SUPPORT` (Atlas inference parts).
     pub const BARRIER_UNSUPPORTED: u32 = 4;
+    /// `aclrtReserveMemAddress` and `aclrtMallocPhysical` answer
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (a part or driver without virtual memory
+    /// management, which still exports the symbols).
+    pub const VM_UNSUPPORTED: u32 = 8;
     /// The names the environment variable accepts, with their bits.
-    pub const NAMES: [(&str, u32); 3] = [
+    pub const NAMES: [(&str, u32); 4] = [
         ("async-error-unsupported", ASYNC_ERROR_UNSUPPORTED),
         ("group-unsupported", GROUP_UNSUPPORTED),
         ("barrier-unsupported", BARRIER_UNSUPPORTED),
+        ("vm-unsupported", VM_UNSUPPORTED),
     ];
 }
 
 /// The active behaviour bits.
 pub(crate) static BEHAVIOUR: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn behaves(bit: u32) -> bool {
+pub(crate) fn behaves(bit: u32) -> bool {
     BEHAVIOUR.load(Ordering::Relaxed) & bit != 0
 }
 

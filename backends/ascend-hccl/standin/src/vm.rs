@@ -9,7 +9,7 @@
 //!
 //! | rule (runtime docs) | refused with |
 //! | --- | --- |
-//! | null out-pointer / pointer argument | 100000 `ACL_ERROR_INVALID_PARAM` |
+//! | null out-pointer / pointer or handle argument (every call, as the ACL layer checks before the driver) | 100000 `ACL_ERROR_INVALID_PARAM` |
 //! | reserve: alignment 0, `expectPtr` NULL, flags 0 (torch_npu passes 1: accepted) | 100000 |
 //! | reserve / malloc-physical size a non-zero multiple of the granularity | 100000 |
 //! | physical prop: handle type NONE, allocation type PINNED, `ACL_HBM_MEM_HUGE` (4) or `ACL_HBM_MEM_HUGE1G` (10), location a device that exists, `reserve` 0; flags 0 | 100000 |
@@ -19,6 +19,7 @@
 //! | free physical: a live handle that is not mapped | 107000 |
 //! | release address: the base of a reservation with nothing mapped in it | 107000 |
 //! | malloc physical beyond the device's free bytes | 207001 `ACL_ERROR_RT_MEMORY_ALLOCATION` |
+//! | reserve / malloc physical under the `vm-unsupported` behaviour (a part without virtual memory management) | 207000 `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //!
 //! The runtime documents the rules, not which code each misuse gets: these codes are the
 //! stand-in's choice within the families the runtime uses. Handles are table keys, so an
@@ -33,6 +34,7 @@ use memreuse_core::{Backend, DevicePtr, PhysicalHandle};
 use memreuse_mock::MockDevice;
 use parking_lot::Mutex;
 
+use crate::hccl::{behaves, behaviour};
 use crate::{acl_code, code, current, device_at, guard, next_handle_key, write_out};
 
 /// `ACL_HBM_MEM_HUGE`: 2 MB pages.
@@ -144,6 +146,9 @@ unsafe extern "C" fn aclrtReserveMemAddress(
         if vir_ptr.is_null() || alignment != 0 || !expect_ptr.is_null() || flags > 1 {
             return Err(code::INVALID_PARAM);
         }
+        if behaves(behaviour::VM_UNSUPPORTED) {
+            return Err(code::RT_FEATURE_NOT_SUPPORT);
+        }
         let bytes = multiple(size, GRANULARITY_2M)?;
         let (index, dev) = current()?;
         let base = dev.vm_reserve(bytes).map_err(|e| acl_code(&e))?;
@@ -165,6 +170,10 @@ unsafe extern "C" fn aclrtReserveMemAddress(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> i32 {
     guard("aclrtReleaseMemAddress", code::INTERNAL_ERROR, || {
+        // The ACL layer refuses a null pointer before the driver sees it.
+        if vir_ptr.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let base = vir_ptr as usize as u64;
         with_tables(|t| {
             let r = t.reserved.get(&base).ok_or(code::RT_PARAM_INVALID)?;
@@ -197,6 +206,9 @@ unsafe extern "C" fn aclrtMallocPhysical(
             return Err(code::INVALID_PARAM);
         }
         let bytes = multiple(size, granularity_of(p.mem_attr)?)?;
+        if behaves(behaviour::VM_UNSUPPORTED) {
+            return Err(code::RT_FEATURE_NOT_SUPPORT);
+        }
         let index = usize::try_from(p.location_id).map_err(|_| code::INVALID_PARAM)?;
         let dev = device_at(index).ok_or(code::INVALID_PARAM)?;
         let mock = dev.vm_create_physical(bytes).map_err(|e| acl_code(&e))?;
@@ -221,6 +233,9 @@ unsafe extern "C" fn aclrtMallocPhysical(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtFreePhysical(handle: *mut c_void) -> i32 {
     guard("aclrtFreePhysical", code::INTERNAL_ERROR, || {
+        if handle.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let key = handle as usize;
         with_tables(|t| {
             let p = t.handles.get(&key).ok_or(code::RT_PARAM_INVALID)?;
@@ -245,7 +260,7 @@ unsafe extern "C" fn aclrtMapMem(
     flags: u64,
 ) -> i32 {
     guard("aclrtMapMem", code::INTERNAL_ERROR, || {
-        if vir_ptr.is_null() || offset != 0 || flags != 0 {
+        if vir_ptr.is_null() || handle.is_null() || offset != 0 || flags != 0 {
             return Err(code::INVALID_PARAM);
         }
         let at = vir_ptr as usize as u64;
@@ -283,6 +298,9 @@ unsafe extern "C" fn aclrtMapMem(
 #[unsafe(no_mangle)]
 unsafe extern "C" fn aclrtUnmapMem(vir_ptr: *mut c_void) -> i32 {
     guard("aclrtUnmapMem", code::INTERNAL_ERROR, || {
+        if vir_ptr.is_null() {
+            return Err(code::INVALID_PARAM);
+        }
         let at = vir_ptr as usize as u64;
         with_tables(|t| {
             let key = *t.mappings.get(&at).ok_or(code::RT_PARAM_INVALID)?;
