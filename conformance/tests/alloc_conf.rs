@@ -202,3 +202,33 @@ fn each_flag_is_another_set_of_runs_and_artifacts_never_collide() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn expandable_runs_report_their_page_maps() {
+    let d = dir("expandable");
+    let o = run(
+        &d,
+        None,
+        &[
+            "--alloc-conf",
+            "",
+            "--alloc-conf",
+            "expandable_segments:True",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let r = runs(&d);
+    assert_eq!(r.len(), 2);
+    assert!(r[0].get("device_map_calls").is_none(), "{}", r[0]);
+    assert!(r[0].get("device_unmap_calls").is_none(), "{}", r[0]);
+    // Two pools touched: at least one small and one large page mapped.
+    assert!(
+        r[1]["device_map_calls"].as_u64().is_some_and(|n| n >= 2),
+        "{}",
+        r[1]
+    );
+    assert!(r[1]["device_unmap_calls"].as_u64().is_some(), "{}", r[1]);
+    assert_eq!(r[0]["digest"], r[1]["digest"]);
+    assert_eq!(r[1]["leaked_bytes"], 0);
+    let _ = std::fs::remove_dir_all(&d);
+}

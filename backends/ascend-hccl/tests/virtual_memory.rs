@@ -295,7 +295,6 @@ fn unmapping_a_page_with_unfinished_work_is_a_reuse_race() {
 /// Needs the mock's one-backing-per-range change (branch `expandseg`, step 1): before it,
 /// the mock refuses one access over two mappings.
 #[test]
-#[ignore = "needs the mock's contiguous backing of reserved ranges (expandseg step 1)"]
 fn an_access_may_span_two_adjacent_mappings() {
     let _g = serial();
     let dev = open(8 * G, &[]);
@@ -385,7 +384,6 @@ fn hccl_all_reduce_works_on_mapped_addresses() {
 
 /// As [`an_access_may_span_two_adjacent_mappings`], for a collective.
 #[test]
-#[ignore = "needs the mock's contiguous backing of reserved ranges (expandseg step 1)"]
 fn hccl_all_reduce_works_across_two_mappings() {
     let _g = serial();
     for out in all_reduce_on_mapped_pages(G - 8) {

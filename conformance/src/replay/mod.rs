@@ -333,6 +333,10 @@ pub fn replay(
         record.ooms += o.ooms;
         *record.device_alloc_calls.get_or_insert(0) += o.device_alloc_calls;
         *record.device_free_calls.get_or_insert(0) += o.device_free_calls;
+        if o.device_map_calls + o.device_unmap_calls > 0 {
+            *record.device_map_calls.get_or_insert(0) += o.device_map_calls;
+            *record.device_unmap_calls.get_or_insert(0) += o.device_unmap_calls;
+        }
         if let Some(e) = &o.error {
             errors.push(format!("rank {}: {e}", o.rank));
         }

@@ -50,6 +50,10 @@ pub struct RankOutcome {
     pub device_alloc_calls: u64,
     /// Device free calls of the allocator (`AllocatorStats::num_device_free`).
     pub device_free_calls: u64,
+    /// Page map calls of expandable segments (`AllocatorStats::num_device_map`).
+    pub device_map_calls: u64,
+    /// Page unmap calls of expandable segments (`AllocatorStats::num_device_unmap`).
+    pub device_unmap_calls: u64,
     /// (allocated, reserved) after every op.
     pub series: Vec<(u64, u64)>,
     /// Wall time of each body iteration.
@@ -193,6 +197,8 @@ pub(crate) fn run_rank(
     out.ooms = stats.num_ooms;
     out.device_alloc_calls = stats.num_device_alloc;
     out.device_free_calls = stats.num_device_free;
+    out.device_map_calls = stats.num_device_map;
+    out.device_unmap_calls = stats.num_device_unmap;
     out.shelf_stashes = pg_stats.0;
     out.shelf_unstashed_by_watchdog = pg_stats.1;
     out

@@ -176,6 +176,14 @@ pub struct RunRecord {
     /// memreuse; absent on runs that did not start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_free_calls: Option<u64>,
+    /// Page map and unmap calls of expandable segments, summed over ranks (optional field
+    /// added by memreuse; absent when no page was mapped, e.g. without
+    /// `expandable_segments:True`): mapping is not free on real devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_map_calls: Option<u64>,
+    /// Page unmap calls of expandable segments, summed over ranks (see `device_map_calls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_unmap_calls: Option<u64>,
 }
 
 /// The runner's judgement of one negative-control run against its schedule's declaration.
@@ -277,6 +285,8 @@ impl RunRecord {
             alloc_conf: None,
             device_alloc_calls: None,
             device_free_calls: None,
+            device_map_calls: None,
+            device_unmap_calls: None,
         }
     }
 
