@@ -267,6 +267,8 @@ impl<B: Backend> State<B> {
             req.stream_id,
             Some(mem.free),
         );
+        let largest_free_block = self.index.largest_free_block();
+        let fragmentation = self.index.fragmentation();
         let f = self.index.figures();
         let allocated = f.allocated_bytes.current();
         let reserved = f.reserved_bytes.current();
@@ -288,9 +290,9 @@ impl<B: Backend> State<B> {
             allocated,
             reserved_unallocated: reserved - allocated,
             limit,
-            largest_free_block: self.index.largest_free_block(),
+            largest_free_block,
             cached_free: f.cached_free_bytes,
-            fragmentation: self.index.fragmentation(),
+            fragmentation,
             culprits: self.pending_culprits(),
             snapshot: None,
             snapshot_error: None,

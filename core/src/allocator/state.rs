@@ -324,7 +324,8 @@ impl<B: Backend> State<B> {
     }
 
     /// The statistics: the index's figures, the call counters and the fragmentation.
-    pub fn stats(&self) -> AllocatorStats {
+    pub fn stats(&mut self) -> AllocatorStats {
+        let fragmentation = self.index.fragmentation();
         let f = self.index.figures();
         let c = &self.counts;
         AllocatorStats {
@@ -350,7 +351,7 @@ impl<B: Backend> State<B> {
             pending_free_bytes: f.pending_free_bytes,
             cached_free_bytes: f.cached_free_bytes,
             quarantined_bytes: f.quarantined_bytes,
-            fragmentation: self.index.fragmentation(),
+            fragmentation,
         }
     }
 }
