@@ -267,8 +267,6 @@ impl<B: Backend> State<B> {
             req.stream_id,
             Some(mem.free),
         );
-        let largest_free_block = self.index.largest_free_block();
-        let fragmentation = self.index.fragmentation();
         let f = self.index.figures();
         let allocated = f.allocated_bytes.current();
         let reserved = f.reserved_bytes.current();
@@ -290,9 +288,9 @@ impl<B: Backend> State<B> {
             allocated,
             reserved_unallocated: reserved - allocated,
             limit,
-            largest_free_block,
+            largest_free_block: self.index.largest_free_block(),
             cached_free: f.cached_free_bytes,
-            fragmentation,
+            fragmentation: self.index.fragmentation(),
             culprits: self.pending_culprits(),
             snapshot: None,
             snapshot_error: None,

@@ -324,8 +324,7 @@ impl<B: Backend> State<B> {
     }
 
     /// The statistics: the index's figures, the call counters and the fragmentation.
-    pub fn stats(&mut self) -> AllocatorStats {
-        let fragmentation = self.index.fragmentation();
+    pub fn stats(&self) -> AllocatorStats {
         let f = self.index.figures();
         let c = &self.counts;
         AllocatorStats {
@@ -351,7 +350,7 @@ impl<B: Backend> State<B> {
             pending_free_bytes: f.pending_free_bytes,
             cached_free_bytes: f.cached_free_bytes,
             quarantined_bytes: f.quarantined_bytes,
-            fragmentation,
+            fragmentation: self.index.fragmentation(),
         }
     }
 }

@@ -17,8 +17,7 @@
 //!   large pool when the request is below `max_split_size` and the remainder is more than
 //!   1 MiB.
 //! - **Merge**: a block that becomes free merges at once with its free neighbours (eager,
-//!   as PyTorch's `free_block`). The free-set half of one merge may be deferred
-//!   (`fast_path.rs`) without any difference a query can see.
+//!   as PyTorch's `free_block`).
 //!
 //! Figures (`figures.rs`) change by the net effect of each operation (a split or merge
 //! applies one `inactive_split` change), as PyTorch's before/after accounting does.
@@ -26,7 +25,6 @@
 #![forbid(unsafe_code)]
 
 mod block;
-mod fast_path;
 mod figures;
 mod free_set;
 #[cfg(test)]
@@ -44,7 +42,6 @@ use crate::ids::StreamId;
 use super::fragmentation::Fragmentation;
 use super::sizes::{MAX_NON_SPLIT_ROUNDING, PoolKind, should_split};
 use block::Slab;
-use fast_path::Parked;
 
 /// One raw device allocation, as the index sees it.
 #[derive(Clone, Copy, Debug)]
@@ -83,13 +80,6 @@ pub(crate) struct BlockIndex {
     max_split_size: u64,
     /// Number of allocate calls so far (the clock of garbage-collection ages).
     clock: u64,
-    /// The merge whose free-set operations are deferred, if any (`fast_path.rs`).
-    parked: Option<Parked>,
-    /// Whether `release` may park a merge (off only for the eager twin of the tests).
-    lazy_merge: bool,
-    /// Slot of the last hand-out: only its free parks a merge (the block that is most
-    /// likely asked for again at once; any other free merges eagerly, costing nothing).
-    last_out: u32,
 }
 
 impl BlockIndex {
@@ -102,18 +92,6 @@ impl BlockIndex {
             figures: Figures::default(),
             max_split_size,
             clock: 0,
-            parked: None,
-            lazy_merge: true,
-            last_out: u32::MAX,
-        }
-    }
-
-    /// An index that never parks a merge (the reference the lazy merge is tested against).
-    #[cfg(test)]
-    pub fn eager(max_split_size: u64) -> Self {
-        BlockIndex {
-            lazy_merge: false,
-            ..Self::new(max_split_size)
         }
     }
 
@@ -173,7 +151,6 @@ impl BlockIndex {
 
     // Forced: on the cached hand-out/release path the plain hint left this an outlined
     // call (callgrind, `bench/README.md`: -55 Ir per cached 4 KiB pair with the three forced).
-    // Does not settle a parked merge: callers do (see `fast_path.rs`).
     #[expect(clippy::inline_always, reason = "measured on the hot path")]
     #[inline(always)]
     fn free_set_mut(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeSet {
@@ -208,7 +185,6 @@ impl BlockIndex {
 
     /// Puts the free block in `slot` into its free set (cached free bytes follow).
     fn insert_free(&mut self, slot: u32) {
-        self.settle();
         let key = self.key(slot);
         let (stream, pool) = {
             let b = self.slab.get_mut(slot);
@@ -221,7 +197,6 @@ impl BlockIndex {
 
     /// Takes the free block in `slot` out of its free set.
     fn remove_free(&mut self, slot: u32) {
-        self.settle();
         let key = self.key(slot);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
@@ -298,33 +273,20 @@ impl BlockIndex {
 
     /// The smallest free block of `stream`'s `pool` with at least `size` bytes (lowest
     /// address among equals), without the oversize rules.
-    /// A parked merge is answered for as eager merging has it, without settling.
     #[inline]
     pub fn lower_bound(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<FreeKey> {
-        let set = self.free_set(stream, pool)?;
-        match &self.parked {
-            Some(p) if p.stream == stream && p.pool == pool => p.lower_bound(set, size),
-            _ => set.lower_bound(size),
-        }
+        self.free_set(stream, pool)?.lower_bound(size)
     }
 
     /// Free blocks of `stream`'s `pool` smaller than `size`, largest first.
-    pub fn below(&mut self, stream: StreamId, pool: PoolKind, size: u64) -> Vec<FreeKey> {
-        self.settle();
+    pub fn below(&self, stream: StreamId, pool: PoolKind, size: u64) -> Vec<FreeKey> {
         self.free_set(stream, pool)
             .map(|f| f.below(size).collect())
             .unwrap_or_default()
     }
 
-    /// Number of free blocks of `pool` (a parked merge replaces one key by one: no settling).
-    #[cfg(test)]
-    pub fn free_count(&self, pool: PoolKind) -> usize {
-        self.free.iter().map(|f| f.pools[pool as usize].len()).sum()
-    }
-
     /// Every free block of `pool`, in (stream, size, address) order.
-    pub fn free_blocks(&mut self, pool: PoolKind) -> Vec<FreeKey> {
-        self.settle();
+    pub fn free_blocks(&self, pool: PoolKind) -> Vec<FreeKey> {
         let mut sets: Vec<&StreamFree> = self.free.iter().collect();
         sets.sort_by_key(|f| f.stream);
         sets.iter()
@@ -333,26 +295,10 @@ impl BlockIndex {
     }
 
     /// Best fit for a rounded request of `size` bytes on `stream`'s `pool`, with the
-    /// oversize rules (a parked merge counts as done, see [`BlockIndex::lower_bound`]).
-    ///
-    /// With a parked merge, a request of the freed block's size on its stream and pool is
-    /// answered without settling (the merged block is then usually the answer and its
-    /// hand-out undoes the merge for free); any other request settles first.
+    /// oversize rules.
     #[inline]
-    pub fn best_fit(&mut self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
-        if self.parked.is_some()
-            && let Some(key) = self.parked_best_fit(stream, pool, size)
-        {
-            return self.fits(size, key);
-        }
-        let key = self.free_set(stream, pool)?.lower_bound(size)?;
-        self.fits(size, key)
-    }
-
-    /// `key`'s slot unless PyTorch's oversize rules refuse the lower bound `key` for a
-    /// rounded request of `size` bytes.
-    #[inline]
-    fn fits(&self, size: u64, key: FreeKey) -> Option<u32> {
+    pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
+        let key = self.lower_bound(stream, pool, size)?;
         let max_split = self.max_split_size;
         // An oversize block is not handed to a request that could be split for.
         if size < max_split && key.size >= max_split {
@@ -372,19 +318,8 @@ impl BlockIndex {
     /// is written once, and the `inactive_split` change is computed from what is known
     /// (the block is free; a remainder is free and has a lower neighbour) instead of being
     /// read back from the slab.
-    ///
-    /// Handing out the block of a parked merge swaps the parked neighbour for the remainder
-    /// in the free set, which is nothing when the remainder is that neighbour again (the
-    /// same block freed and asked for again); any other hand-out settles first.
     #[inline]
     pub fn hand_out(&mut self, slot: u32, size: u64, requested: u64) -> HandOut {
-        // The free-set key standing for this block, when it is a parked merge.
-        let stale = if self.parked.is_some() {
-            self.unpark_for(slot)
-        } else {
-            None
-        };
-        self.last_out = slot;
         let (max_split, clock) = (self.max_split_size, self.clock);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
@@ -434,25 +369,19 @@ impl BlockIndex {
         // The free bytes lose the hand-out; the remainder stays free.
         self.figures.cached_free_bytes -= bytes;
         // One free set serves the block and its remainder (same stream and pool).
-        let rest_key = remainder.map(|r| FreeKey {
-            size: rest,
-            addr: ptr + size,
-            slot: r,
+        let set = self.free_set_mut(stream, pool);
+        let found = set.remove(FreeKey {
+            size: bsize,
+            addr: ptr,
+            slot,
         });
-        if let Some(stale) = stale {
-            // The set holds `stale` where the eager set holds this block.
-            self.swap_parked(stream, pool, stale, rest_key);
-        } else {
-            let set = self.free_set_mut(stream, pool);
-            let found = set.remove(FreeKey {
-                size: bsize,
-                addr: ptr,
-                slot,
+        debug_assert!(found, "free block missing from its free set");
+        if let Some(r) = remainder {
+            set.insert(FreeKey {
+                size: rest,
+                addr: ptr + size,
+                slot: r,
             });
-            debug_assert!(found, "free block missing from its free set");
-            if let Some(k) = rest_key {
-                set.insert(k);
-            }
         }
         // `inactive_split`: the free block counted unless it was a whole segment; the
         // remainder (free, with a lower neighbour) counts.
@@ -544,13 +473,7 @@ impl BlockIndex {
     /// Each neighbour is read once; the usual case (the freed block's only free neighbour
     /// is the remainder split off it at hand-out) is one absorb, one free-set remove and one
     /// insert, and the `inactive_split` change is computed from the keys, not read back.
-    ///
-    /// When the only free neighbour is the upper one, the free-set half of the merge is
-    /// parked (`fast_path.rs`): the next hand-out of the merged block undoes it for free.
     pub fn release(&mut self, slot: u32) -> u32 {
-        if self.parked.is_some() {
-            self.settle();
-        }
         let clock = self.clock;
         let b = self.slab.get_mut(slot);
         let requested = match b.state {
@@ -617,31 +540,17 @@ impl BlockIndex {
             // The lower neighbour's age restarts with the merge (as a newly freed block).
             self.slab.get_mut(merged.slot).state = BlockState::Free { since: clock };
         }
-        if self.lazy_merge
-            && slot == self.last_out
-            && pk.is_none()
-            && let Some(n) = nk
-        {
-            // The set keeps `n` standing for `merged` (see `fast_path.rs`).
-            self.parked = Some(Parked {
-                stream,
-                pool,
-                stale: n,
-                merged,
-            });
-        } else {
-            // Neighbours share the block's stream and pool: one free set for every change.
-            let set = self.free_set_mut(stream, pool);
-            if let Some(p) = pk {
-                let found = set.remove(p);
-                debug_assert!(found, "free neighbour missing from its free set");
-            }
-            if let Some(n) = nk {
-                let found = set.remove(n);
-                debug_assert!(found, "free neighbour missing from its free set");
-            }
-            set.insert(merged);
+        // Neighbours share the block's stream and pool: one free set for every change.
+        let set = self.free_set_mut(stream, pool);
+        if let Some(p) = pk {
+            let found = set.remove(p);
+            debug_assert!(found, "free neighbour missing from its free set");
         }
+        if let Some(n) = nk {
+            let found = set.remove(n);
+            debug_assert!(found, "free neighbour missing from its free set");
+        }
+        set.insert(merged);
         let after = if low_prev.is_none() && high_next.is_none() {
             (0, 0)
         } else {
@@ -668,8 +577,7 @@ impl BlockIndex {
     }
 
     /// The largest free block of either pool and any stream.
-    pub fn largest_free_block(&mut self) -> u64 {
-        self.settle();
+    pub fn largest_free_block(&self) -> u64 {
         self.free
             .iter()
             .flat_map(|f| f.pools.iter())
@@ -680,8 +588,7 @@ impl BlockIndex {
     }
 
     /// Fragmentation of the free blocks per pool. O(free blocks).
-    pub fn fragmentation(&mut self) -> Fragmentation {
-        self.settle();
+    pub fn fragmentation(&self) -> Fragmentation {
         let mut frag = Fragmentation::default();
         for f in &self.free {
             for pool in [PoolKind::Small, PoolKind::Large] {

@@ -68,7 +68,7 @@ fn check(ix: &BlockIndex) {
     assert_eq!(f.inactive_split_bytes.current(), split_b);
     let in_sets: usize = [PoolKind::Small, PoolKind::Large]
         .iter()
-        .map(|&p| ix.free_count(p))
+        .map(|&p| ix.free_blocks(p).len())
         .sum();
     assert_eq!(in_sets, free_n, "free sets hold exactly the free blocks");
     assert_eq!(
