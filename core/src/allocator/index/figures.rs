@@ -36,8 +36,14 @@ impl Counter {
         let current = p.current + amount;
         p.current = current;
         p.allocated += amount;
-        p.peak = p.peak.max(current);
-        self.aggregate_peak = self.aggregate_peak.max(current + other);
+        // Conditional stores: in a steady state no peak moves, and the test is cheaper than
+        // a `max` and a store.
+        if current > p.peak {
+            p.peak = current;
+        }
+        if current + other > self.aggregate_peak {
+            self.aggregate_peak = current + other;
+        }
     }
 
     #[inline]
