@@ -28,12 +28,22 @@ pub(crate) struct Counter {
 impl Counter {
     #[inline]
     pub fn increase(&mut self, pool: PoolKind, amount: u64) {
-        let p = &mut self.pools[pool as usize];
-        p.current += amount;
+        // The other pool's value is read before this one is written, so the new value stays
+        // in a register (no reload through the aliasing array).
+        let i = pool as usize;
+        let other = self.pools[i ^ 1].current;
+        let p = &mut self.pools[i];
+        let current = p.current + amount;
+        p.current = current;
         p.allocated += amount;
-        p.peak = p.peak.max(p.current);
-        let sum = self.pools[0].current + self.pools[1].current;
-        self.aggregate_peak = self.aggregate_peak.max(sum);
+        // Conditional stores: in a steady state no peak moves, and the test is cheaper than
+        // a `max` and a store.
+        if current > p.peak {
+            p.peak = current;
+        }
+        if current + other > self.aggregate_peak {
+            self.aggregate_peak = current + other;
+        }
     }
 
     #[inline]

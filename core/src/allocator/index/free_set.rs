@@ -33,8 +33,13 @@ pub(crate) struct FreeKey {
 const SL_BITS: u32 = 6;
 /// Number of classes: enough for any `u64` size.
 const NUM_CLASSES: usize = ((55 - SL_BITS + 1) << SL_BITS) as usize;
-/// 64-bit words of the class bitmap.
-const WORDS: usize = NUM_CLASSES.div_ceil(64);
+/// Class vectors allocated: a power of two above [`NUM_CLASSES`], so that a class masked
+/// by `CLASS_SLOTS - 1` indexes them (and the bitmap words) with no bounds check on the
+/// hot path; the classes above [`NUM_CLASSES`] stay empty.
+const CLASS_SLOTS: usize = 4096;
+/// 64-bit words of the class bitmap (one per summary bit).
+const WORDS: usize = CLASS_SLOTS / 64;
+const _: () = assert!(NUM_CLASSES <= CLASS_SLOTS && WORDS == 64);
 
 /// The size class of `size` (see the module docs).
 #[inline]
@@ -45,7 +50,9 @@ fn class_of(size: u64) -> usize {
     }
     let fl = u.ilog2();
     let sl = (u >> (fl - SL_BITS)) & ((1 << SL_BITS) - 1);
-    (u64::from((fl - SL_BITS + 1) << SL_BITS) + sl) as usize
+    // The mask changes nothing (every class is below `NUM_CLASSES`) but lets the compiler
+    // drop the bounds checks of `classes[c]` and `words[c / 64]`.
+    (u64::from((fl - SL_BITS + 1) << SL_BITS) + sl) as usize & (CLASS_SLOTS - 1)
 }
 
 /// Free blocks of one stream in one pool.
@@ -55,14 +62,18 @@ pub(crate) struct FreeSet {
     /// Bit `c % 64` of word `c / 64` set when class `c` is non-empty.
     words: [u64; WORDS],
     /// Class vectors in (size, address) order; empty until the first insert.
-    classes: Vec<Vec<FreeKey>>,
+    classes: Box<[Vec<FreeKey>; CLASS_SLOTS]>,
     len: usize,
 }
 
 impl FreeSet {
     pub fn new() -> Self {
         let mut classes = Vec::new();
-        classes.resize_with(NUM_CLASSES, Vec::new);
+        classes.resize_with(CLASS_SLOTS, Vec::new);
+        let classes: Box<[Vec<FreeKey>; CLASS_SLOTS]> = classes
+            .into_boxed_slice()
+            .try_into()
+            .expect("CLASS_SLOTS vectors");
         FreeSet {
             summary: 0,
             words: [0; WORDS],
