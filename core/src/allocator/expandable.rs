@@ -17,6 +17,14 @@
 //! events, since a block with pending events is not free), and returns a segment's range
 //! to the device once nothing in it is mapped.
 //!
+//! # Trim before growth (`expandable_segments_trim:True`)
+//! memreuse's extension, not PyTorch's, off by default: a growth first unmaps whole free
+//! pages of its own (stream, pool) segments, oldest free blocks first, up to the bytes it
+//! maps, sparing the free blocks of the run it grows ([`State::trim_before_growth`]), so
+//! reserved memory follows live memory without `empty_cache`. Each such growth pays a
+//! synchronization of the segment's stream and one unmap per page (and the maps it does
+//! anyway); see `docs/expandable-segments.md`.
+//!
 //! # Costs
 //! Every page is one `vm_create_physical` + `vm_map` when mapped and one `vm_unmap` +
 //! `vm_release_physical` when unmapped; on real devices these are driver calls
