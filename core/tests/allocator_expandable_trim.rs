@@ -204,40 +204,42 @@ fn the_trace_has_the_trims_unmap_before_the_growths_map() {
 #[test]
 fn the_trim_unmaps_no_more_than_the_growth_maps_and_spares_the_block_it_extends() {
     let (backend, alloc, [s0, _]) = setup(&format!("{PAGES_2M}{TRIM}"));
-    let old = alloc.allocate(30 * MIB, &s0).unwrap();
-    let hole = old.ptr().addr();
+    let a = alloc.allocate(10 * MIB, &s0).unwrap();
+    let base = a.ptr().addr();
+    let b = alloc.allocate(20 * MIB, &s0).unwrap();
     let wall = alloc.allocate(4 * MIB, &s0).unwrap();
-    let tail = alloc.allocate(6 * MIB, &s0).unwrap();
-    drop(old);
-    drop(tail);
-    // [0, 30) free (older), [30, 34) the wall, [34, 40) free before the unmapped end.
-    // 32 MiB fits no free block: the growth extends [34, 40) by 26 MiB, so the trim
-    // unmaps 26 MiB of the old hole (not all 30) and leaves the block it extends mapped.
+    let c = alloc.allocate(24 * MIB, &s0).unwrap();
+    let wall2 = alloc.allocate(4 * MIB, &s0).unwrap();
+    drop(b);
+    alloc.empty_cache().unwrap();
+    drop(a);
+    drop(c);
+    // [0, 10) free, [10, 30) unmapped, [30, 34) wall, [34, 58) free, [58, 62) wall. Both free
+    // blocks have the same age, so the lower one would be unmapped first; but 28 MiB grows
+    // the run [0, 30), which needs 18 MiB mapped: the trim spares [0, 10), unmaps 18 of the
+    // 24 MiB of [34, 58) (no more than the growth maps), and the growth maps 18 MiB behind
+    // [0, 10).
     let before = alloc.stats();
-    let big = alloc.allocate(32 * MIB, &s0).unwrap();
-    assert_eq!(
-        big.ptr().addr(),
-        hole + 34 * MIB,
-        "the spared free block was extended"
-    );
+    let big = alloc.allocate(28 * MIB, &s0).unwrap();
+    assert_eq!(big.ptr().addr(), base, "the spared free block was extended");
     let s = alloc.stats();
     assert_eq!(
         s.num_device_unmap - before.num_device_unmap,
-        13,
-        "26 MiB, 2 MiB pages"
+        9,
+        "18 MiB, 2 MiB pages"
     );
-    assert_eq!(s.num_device_map - before.num_device_map, 13);
+    assert_eq!(s.num_device_map - before.num_device_map, 9, "18 MiB");
     assert_eq!(
         s.reserved_bytes.current, before.reserved_bytes.current,
         "no net growth"
     );
     assert_eq!(
         s.cached_free_bytes,
-        4 * MIB,
-        "the hole's last 4 MiB stay mapped"
+        6 * MIB,
+        "the rest of [34, 58) stays mapped"
     );
     consistent(&backend, &alloc);
-    drop((wall, big));
+    drop((wall, wall2, big));
 }
 
 #[test]
