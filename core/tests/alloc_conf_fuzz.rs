@@ -20,6 +20,7 @@ fn token() -> impl Strategy<Value = String> {
             "per_process_memory_fraction",
             "lazy_reclaim",
             "expandable_segments",
+            "expandable_segments_trim",
             ":",
             ",",
             "[",

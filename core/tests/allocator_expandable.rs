@@ -271,10 +271,32 @@ fn config_errors_are_typed() {
             "whole number",
         ),
         ("expandable_segments:yes", "True, False"),
+        ("expandable_segments_trim:True", "requires"),
+        (
+            "expandable_segments:False,expandable_segments_trim:True",
+            "requires",
+        ),
+        (
+            "expandable_segments:True,expandable_segments_trim:maybe",
+            "True, False",
+        ),
+        (
+            "expandable_segments:True,expandable_segments_trim:True,expandable_segments_trim:False",
+            "more than once",
+        ),
     ] {
         let err = AllocatorConfig::parse(conf).unwrap_err();
         assert!(err.to_string().contains(what), "{conf}: {err}");
     }
+    let on =
+        AllocatorConfig::parse("expandable_segments:True,expandable_segments_trim:True").unwrap();
+    assert!(on.expandable_segments_trim);
+    assert!(
+        !AllocatorConfig::parse("expandable_segments:True")
+            .unwrap()
+            .expandable_segments_trim,
+        "off by default"
+    );
     // Without the capability: refused by try_new, ordinary segments with new.
     let plain = Arc::new(ManualBackend::new(1 << 30).without_virtual_memory());
     let conf = AllocatorConfig::parse("expandable_segments:True").unwrap();
@@ -302,8 +324,9 @@ fn off_by_default_even_on_a_backend_with_virtual_memory() {
 
 #[test]
 fn random_allocations_keep_reserved_equal_to_mapped() {
-    for seed in 0..12 {
-        let (backend, alloc, streams) = setup(400 * MIB, "");
+    // PyTorch's rule, and memreuse's trim before growth (which unmaps during allocations).
+    for (seed, extra) in (0..12).flat_map(|s| [(s, ""), (s, ",expandable_segments_trim:True")]) {
+        let (backend, alloc, streams) = setup(400 * MIB, extra);
         let mut rng = SplitMix64::new(seed);
         let mut live: Vec<Storage<ManualBackend>> = Vec::new();
         for step in 0..300 {
@@ -323,7 +346,7 @@ fn random_allocations_keep_reserved_equal_to_mapped() {
                             live.push(st);
                         }
                         Err(AllocError::OutOfMemory(_)) => {}
-                        Err(e) => panic!("seed {seed} step {step}: {e}"),
+                        Err(e) => panic!("seed {seed}{extra} step {step}: {e}"),
                     }
                 }
                 5..=8 if !live.is_empty() => {
@@ -342,7 +365,7 @@ fn random_allocations_keep_reserved_equal_to_mapped() {
             assert_eq!(
                 s.reserved_bytes.current,
                 backend.physical_bytes(),
-                "seed {seed} step {step}: reserved = mapped"
+                "seed {seed}{extra} step {step}: reserved = mapped"
             );
             assert!(s.allocated_bytes.current <= s.reserved_bytes.current);
             if step % 25 == 0 {
@@ -355,7 +378,7 @@ fn random_allocations_keep_reserved_equal_to_mapped() {
         assert_eq!(
             backend.physical_bytes(),
             0,
-            "seed {seed}: everything unmapped"
+            "seed {seed}{extra}: everything unmapped"
         );
         assert!(alloc.snapshot().segments.is_empty());
     }

@@ -100,6 +100,8 @@ const EXPANDABLE_CONFIGS: &[&str] = &[
     "expandable_segments:True",
     "expandable_segments:True,expandable_segments_page_size_mb:2",
     "expandable_segments:True,per_process_memory_fraction:0.8,garbage_collection_threshold:0.5",
+    "expandable_segments:True,expandable_segments_trim:True",
+    "expandable_segments:True,expandable_segments_page_size_mb:2,expandable_segments_trim:True",
 ];
 
 struct Live {

@@ -28,7 +28,7 @@ pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 /// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
      roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments, \
-     expandable_segments_page_size_mb";
+     expandable_segments_page_size_mb, expandable_segments_trim";
 
 /// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
 /// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
@@ -66,6 +66,14 @@ pub struct AllocatorConfig {
     /// [`crate::allocator::CachingAllocator::try_new`] refuses it otherwise
     /// ([`ConfigError::PageSize`]). Small-pool pages are 2 MiB.
     pub expandable_segments_page_size: u64,
+    /// memreuse's extension, not PyTorch's (key `expandable_segments_trim:True|False`, only
+    /// with `expandable_segments:True`; default off, which keeps PyTorch's behaviour): before
+    /// an expandable segment maps new pages for a request, it first unmaps whole free pages
+    /// of the same (stream, pool) segment, oldest free blocks first, up to the bytes about to
+    /// be mapped, so reserved memory follows live memory without `empty_cache`. The price
+    /// is a synchronization of that segment's stream and one unmap (and later one map) per
+    /// page at each such growth; see `docs/expandable-segments.md`.
+    pub expandable_segments_trim: bool,
     /// Capacity of the trace ring buffer (entries); 0 (the default) disables tracing, as
     /// PyTorch's `_record_memory_history` is off by default: a trace entry costs a clock
     /// read, about a fifth of a cached malloc+free pair. Enable it with
@@ -84,6 +92,7 @@ impl Default for AllocatorConfig {
             lazy_reclaim: false,
             expandable_segments: false,
             expandable_segments_page_size: super::sizes::LARGE_BUFFER,
+            expandable_segments_trim: false,
             trace_capacity: 0,
         }
     }
@@ -418,6 +427,9 @@ impl AllocatorConfig {
                 }
                 "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
                 "expandable_segments" => cfg.expandable_segments = parse_bool(key, value)?,
+                "expandable_segments_trim" => {
+                    cfg.expandable_segments_trim = parse_bool(key, value)?;
+                }
                 "expandable_segments_page_size_mb" => {
                     let mb = parse_u64(key, value, "a whole number of MiB")?;
                     cfg.expandable_segments_page_size = mb
@@ -442,11 +454,16 @@ impl AllocatorConfig {
             }
             seen.push(key);
         }
-        if seen.contains(&"expandable_segments_page_size_mb") && !cfg.expandable_segments {
-            return Err(ConfigError::Requires {
-                key: "expandable_segments_page_size_mb".to_owned(),
-                requires: "expandable_segments:True",
-            });
+        for key in [
+            "expandable_segments_page_size_mb",
+            "expandable_segments_trim",
+        ] {
+            if seen.contains(&key) && !cfg.expandable_segments {
+                return Err(ConfigError::Requires {
+                    key: key.to_owned(),
+                    requires: "expandable_segments:True",
+                });
+            }
         }
         if cfg.garbage_collection_threshold.is_some() && cfg.per_process_memory_fraction.is_none() {
             return Err(ConfigError::Requires {

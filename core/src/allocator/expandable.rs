@@ -17,6 +17,14 @@
 //! events, since a block with pending events is not free), and returns a segment's range
 //! to the device once nothing in it is mapped.
 //!
+//! # Trim before growth (`expandable_segments_trim:True`)
+//! memreuse's extension, not PyTorch's, off by default: a growth first unmaps whole free
+//! pages of its own (stream, pool) segments, oldest free blocks first, up to the bytes it
+//! maps, sparing the free blocks of the run it grows ([`State::trim_before_growth`]), so
+//! reserved memory follows live memory without `empty_cache`. Each such growth pays a
+//! synchronization of the segment's stream and one unmap per page (and the maps it does
+//! anyway); see `docs/expandable-segments.md`.
+//!
 //! # Costs
 //! Every page is one `vm_create_physical` + `vm_map` when mapped and one `vm_unmap` +
 //! `vm_release_physical` when unmapped; on real devices these are driver calls
@@ -76,16 +84,18 @@ impl<B: Backend> State<B> {
     /// `alloc_segment` with expandable segments: maps pages into the request's segment
     /// until a free block of at least `req.size` bytes exists; returns its slot.
     /// `Ok(None)` is out of memory (device, address space or per-process limit).
+    ///
+    /// With `expandable_segments_trim:True` it first unmaps whole free pages of the
+    /// request's own (stream, pool) segments, up to the bytes this growth would map
+    /// ([`State::trim_before_growth`]), and only then looks for the run to grow, so the
+    /// unmapping never touches the block the growth extends, and the holes it leaves are
+    /// candidates (the lowest run that fits wins).
     pub fn alloc_expandable(&mut self, req: &Request<'_, B>) -> Result<Option<u32>, BackendError> {
         let size = req.size;
-        let found = self
-            .expandable
-            .iter()
-            .filter(|(_, e)| e.stream_id == req.stream_id && e.pool == req.pool)
-            .find_map(|(&base, _)| {
-                let head = self.index.segments().get(&base)?.head;
-                Some((base, self.index.find_expandable(head, size)?))
-            });
+        if self.config.expandable_segments_trim {
+            self.trim_before_growth(req)?;
+        }
+        let found = self.find_growth(req);
         let (base, mut cand) = match found {
             Some(f) => f,
             None => match self.new_expandable_segment(req)? {
@@ -132,6 +142,60 @@ impl<B: Backend> State<B> {
                 .push(TraceAction::SegmentMap, t_ptr, bytes, req.stream_id, None);
             cand = self.index.map_front(target, bytes);
         }
+    }
+
+    /// The lowest run of the request's (stream, pool) segments that a growth can extend to
+    /// `req.size` bytes: `(segment base, first slot)`.
+    fn find_growth(&self, req: &Request<'_, B>) -> Option<(u64, u32)> {
+        self.expandable
+            .iter()
+            .filter(|(_, e)| e.stream_id == req.stream_id && e.pool == req.pool)
+            .find_map(|(&base, _)| {
+                let head = self.index.segments().get(&base)?.head;
+                Some((base, self.index.find_expandable(head, req.size)?))
+            })
+    }
+
+    /// `expandable_segments_trim:True` (memreuse's extension): unmaps whole free pages of
+    /// the request's (stream, pool) segments, oldest free blocks first, up to the bytes the
+    /// growth about to happen would map (the request less the free bytes of the run
+    /// [`Self::find_growth`] finds now, whose free blocks are left alone; the whole request
+    /// when there is no such run), rounded up to whole pages. Each
+    /// segment's stream is synchronized before its first unmap, as for `empty_cache`.
+    /// Returns the bytes unmapped; on an error the pages already unmapped are recorded and
+    /// the rest stay free blocks, so the allocator stays consistent.
+    pub(crate) fn trim_before_growth(&mut self, req: &Request<'_, B>) -> Result<u64, BackendError> {
+        let same =
+            |e: &ExpandableSegment<B::Stream>| e.stream_id == req.stream_id && e.pool == req.pool;
+        let Some(page) = self.expandable.values().find(|e| same(e)).map(|e| e.page) else {
+            return Ok(0);
+        };
+        // The run the growth would use now: its free blocks are spared (unmapping them only
+        // to map them again would cost calls and save nothing), and it needs the request
+        // less those free bytes.
+        let mut spare: Vec<u32> = Vec::new();
+        let mut free_in_run = 0u64;
+        if let Some((_, cand)) = self.find_growth(req) {
+            let (mut bytes, mut cursor) = (0u64, Some(cand));
+            while bytes < req.size
+                && let Some(k) = cursor
+            {
+                let b = self.index.block(k);
+                if b.state.is_free() {
+                    spare.push(k);
+                    free_in_run += b.size;
+                } else if b.state != BlockState::Unmapped {
+                    break;
+                }
+                bytes += b.size;
+                cursor = b.next;
+            }
+        }
+        let want = req.size.saturating_sub(free_in_run).next_multiple_of(page);
+        if want == 0 {
+            return Ok(0);
+        }
+        self.unmap_free_pages_of(|e| same(e), Some(want), true, &spare)
     }
 
     /// Reserves a new expandable segment for the request's (stream, pool).
@@ -262,16 +326,34 @@ impl<B: Backend> State<B> {
         pool: Option<PoolKind>,
         target: Option<u64>,
     ) -> Result<u64, BackendError> {
+        self.unmap_free_pages_of(|e| pool.is_none_or(|p| p == e.pool), target, false, &[])
+    }
+
+    /// [`Self::unmap_free_pages`] over the segments `keep` selects, leaving the free blocks
+    /// in `spare` alone. With `exact` (the trim before a growth), a block's pages are
+    /// unmapped only up to the pages still missing from `target`, so the trim unmaps no
+    /// more than the growth maps; without it, all whole pages of each block visited
+    /// (PyTorch's release).
+    fn unmap_free_pages_of(
+        &mut self,
+        keep: impl Fn(&ExpandableSegment<B::Stream>) -> bool,
+        target: Option<u64>,
+        exact: bool,
+        spare: &[u32],
+    ) -> Result<u64, BackendError> {
         // (age order key, segment base, slot, start, len)
         let mut work: Vec<(u64, u64, u32, u64, u64)> = Vec::new();
         for (&base, e) in &self.expandable {
-            if pool.is_some_and(|p| p != e.pool) {
+            if !keep(e) {
                 continue;
             }
             let Some(seg) = self.index.segments().get(&base) else {
                 continue;
             };
             for k in self.index.free_slots(seg.head) {
+                if spare.contains(&k) {
+                    continue;
+                }
                 if let Some((start, len)) = self.index.inner_pages(k, e.page) {
                     let since = match self.index.block(k).state {
                         BlockState::Free { since } => since,
@@ -286,9 +368,13 @@ impl<B: Backend> State<B> {
         }
         let mut unmapped = 0u64;
         let mut synced: Vec<u64> = Vec::new();
-        for (_, base, slot, start, len) in work {
+        for (_, base, slot, start, mut len) in work {
             if target.is_some_and(|t| unmapped >= t) {
                 break;
+            }
+            if exact && let Some(t) = target {
+                let page = self.expandable[&base].page;
+                len = len.min((t - unmapped).next_multiple_of(page));
             }
             if !synced.contains(&base) {
                 self.backend
