@@ -383,9 +383,11 @@ mod tests {
 
     #[test]
     fn a_backend_without_virtual_memory_is_refused_by_try_new_and_skipped() {
-        // ManualBackend declares no virtual memory: the replay's own call, through the
+        // A ManualBackend without virtual memory: the replay's own call, through the
         // real `try_new`, skips the run; without the key it opens one allocator per rank.
-        let b = AnyBackend::new(memreuse_core::testing::ManualBackend::new(1 << 20));
+        let b = AnyBackend::new(
+            memreuse_core::testing::ManualBackend::new(1 << 20).without_virtual_memory(),
+        );
         let backends = [b.clone(), b];
         let conf = resolve(&["expandable_segments:True".to_owned()], None).unwrap();
         let conf = conf[0].as_ref();
