@@ -2,6 +2,8 @@
 //! power of two of at least [`MIN_GRANULARITY`] bytes, and every size and address passed
 //! to the calls a non-zero multiple of it. A port checks both before it calls its driver.
 
+#![forbid(unsafe_code)]
+
 use crate::error::BackendError;
 
 /// The smallest granularity a backend may accept from its driver: the 256-byte allocation
