@@ -28,10 +28,27 @@
 //!   [`BackendError::InvalidArgument`] and leave the state unchanged.
 //! - The contract kit ([`crate::testing::contract`]) checks these rules on every backend
 //!   that declares the capability.
+//!
+//! # The rules written once
+//! [`VmLedger`] keeps a device's reserved ranges, physical handles and mappings and
+//! refuses every misuse above with an `InvalidArgument` naming the rule, before the driver
+//! is called (each `check_*`; the `record_*` runs after the driver succeeded, so a refused
+//! or failed call changes nothing); [`VmLedger::covers`] answers whether an access lies in
+//! mapped pages, across adjacent mappings but not a hole. [`check_granularity`] and
+//! [`check_aligned`] are the alignment rules. The CUDA and Ascend backends keep their
+//! state in it, so a port to a new accelerator gets the rules for free: it wraps its
+//! driver's calls between the ledger's checks and records and has nothing of its own to
+//! test but the FFI.
+
+mod granularity;
+mod ledger;
 
 use std::fmt;
 
 use crate::error::BackendError;
+
+pub use granularity::{GranularitySource, MIN_GRANULARITY, check_aligned, check_granularity};
+pub use ledger::{VmHeld, VmLedger};
 
 /// A physical memory allocation created by [`crate::Backend::vm_create_physical`], mapped
 /// into reserved ranges by [`crate::Backend::vm_map`]. An opaque number the backend chose

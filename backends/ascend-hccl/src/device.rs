@@ -39,7 +39,7 @@ use crate::staging::{Pinned, PinnedPool};
 pub use crate::stream::AscendStream;
 use crate::stream::{create_stream, sync_stream_raw};
 use crate::sys;
-use crate::virtual_memory::VmBook;
+use crate::virtual_memory::DeviceVm;
 
 /// Staged host-to-device bytes kept beyond this are released by synchronizing their stream.
 const MAX_PENDING_STAGING: usize = 64 << 20;
@@ -99,7 +99,7 @@ struct DeviceInner {
     pinned: PinnedPool,
     staging: Mutex<Vec<Staging>>,
     /// Reserved ranges, physical handles and mappings (`crate::virtual_memory`).
-    vm: Mutex<VmBook>,
+    vm: Mutex<DeviceVm>,
 }
 
 impl std::fmt::Debug for AscendDevice {
@@ -139,7 +139,7 @@ impl AscendDevice {
                 events: EventPool::new(api, device),
                 pinned: PinnedPool::new(api),
                 staging: Mutex::new(Vec::new()),
-                vm: Mutex::new(VmBook::default()),
+                vm: Mutex::new(DeviceVm::default()),
             }),
         })
     }
@@ -177,11 +177,11 @@ impl AscendDevice {
         self.inner.events.live()
     }
 
-    /// Binds the device, then runs `f` on its virtual-memory book (held for the call, so
-    /// the book and the runtime change together).
+    /// Binds the device, then runs `f` on its virtual-memory state (held for the call, so
+    /// the ledger and the runtime change together).
     fn vm<R>(
         &self,
-        f: impl FnOnce(&mut VmBook, &'static Api, i32) -> Result<R, BackendError>,
+        f: impl FnOnce(&mut DeviceVm, &'static Api, i32) -> Result<R, BackendError>,
     ) -> Result<R, BackendError> {
         self.bind()?;
         f(&mut self.inner.vm.lock(), self.inner.api, self.inner.device)
@@ -518,7 +518,7 @@ impl Backend for AscendDevice {
     }
 
     fn vm_granularity(&self) -> Result<u64, BackendError> {
-        self.vm(VmBook::granularity)
+        self.vm(DeviceVm::granularity)
     }
 
     fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {

@@ -19,20 +19,23 @@
 //!   `ACL_MEM_ALLOCATION_TYPE_PINNED`, `ACL_HBM_MEM_HUGE` on this device, flags 0, size a
 //!   multiple of the granularity; a map covers the whole handle at offset 0, flags 0.
 //! - **Checked before any FFI call.** ACL's `aclrtUnmapMem` takes only the address and the
-//!   runtime's own refusals are status codes without a rule name, so each device keeps a
-//!   book of its reserved ranges, handles and mappings and refuses misuse (unaligned size,
+//!   runtime's own refusals are status codes without a rule name, so each device keeps its
+//!   reserved ranges, handles and mappings in the core's
+//!   [`memreuse_core::virtual_memory::VmLedger`] and refuses misuse (unaligned size,
 //!   unknown handle, a map outside a reserved range or over a mapping, a handle mapped
 //!   twice, an unmap that is not exactly one mapping, releasing a mapped handle or a range
-//!   with a mapping) with [`BackendError::InvalidArgument`] naming the rule. The book
+//!   with a mapping) with [`BackendError::InvalidArgument`] naming the rule. The ledger
 //!   changes only after the runtime succeeded, so a failed call leaves the state as it was.
 //! - **Errors** of the runtime go through [`crate::result::acl_check`]: 207001 / 207018 from
 //!   `aclrtMallocPhysical` are `OutOfMemory`, so the allocator's free-and-retry chain runs.
 //! - Handles and ranges still held when the last clone of the device drops are unmapped and
 //!   released after the device was synchronized.
 
-use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
 
+use memreuse_core::virtual_memory::{
+    GranularitySource, VmLedger, check_aligned, check_granularity,
+};
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::loader::Api;
@@ -43,9 +46,15 @@ use crate::sys;
 /// 2 MB page of `ACL_HBM_MEM_HUGE`, the unit torch_npu maps.
 pub const FALLBACK_GRANULARITY: u64 = 2 << 20;
 
-/// The smallest granularity accepted from the runtime: the allocation alignment every
-/// backend keeps (`memreuse_core::Capabilities::allocation_alignment`).
-const MIN_GRANULARITY: u64 = 256;
+/// Who reports the granularity, for the error when it breaks the core's rules (a power of
+/// two and a multiple of the 256-byte allocation alignment): the runtime's value is
+/// refused rather than passed on.
+const GRANULARITY_SOURCE: GranularitySource = GranularitySource {
+    backend: BACKEND,
+    call: "aclrtMemGetAllocationGranularity",
+    success_code: "ACL_SUCCESS",
+    reporter: "runtime",
+};
 
 /// The symbols without which there is no virtual-memory interface.
 pub const VM_SYMBOLS: [&str; 6] = [
@@ -109,24 +118,23 @@ fn probe(f: &Fns) -> Result<(), String> {
     Ok(())
 }
 
-/// One physical handle this device created.
-struct Physical {
-    bytes: u64,
-    mapped_at: Option<u64>,
-}
-
-/// What one device reserved, created and mapped (see the module docs).
-#[derive(Default)]
-pub(crate) struct VmBook {
+/// What one device's virtual memory needs beyond the runtime: the probe's answer, the
+/// granularity and the core's ledger of ranges, handles and mappings (see the module docs).
+pub(crate) struct DeviceVm {
     /// The [`probe`]'s answer, once asked.
     probed: Option<Result<(), String>>,
     granularity: Option<u64>,
-    /// Reserved ranges: base -> bytes.
-    reserved: BTreeMap<u64, u64>,
-    /// Physical handles by their runtime value.
-    handles: HashMap<u64, Physical>,
-    /// Mappings: address -> (bytes, handle).
-    mappings: BTreeMap<u64, (u64, u64)>,
+    ledger: VmLedger,
+}
+
+impl Default for DeviceVm {
+    fn default() -> DeviceVm {
+        DeviceVm {
+            probed: None,
+            granularity: None,
+            ledger: VmLedger::new(BACKEND),
+        }
+    }
 }
 
 fn ptr(addr: u64) -> *mut c_void {
@@ -146,7 +154,7 @@ fn huge_pages_of(
     Ok(sys::aclrtPhysicalMemProp::device_huge(id))
 }
 
-impl VmBook {
+impl DeviceVm {
     /// The six functions, if the runtime exports them and does not refuse virtual memory
     /// on this device ([`probe`], asked once); else `Unsupported` saying why.
     fn require(&mut self, api: &Api, call: &'static str) -> Result<Fns, BackendError> {
@@ -197,20 +205,7 @@ impl VmBook {
                 g as u64
             }
         };
-        // The core's rules: a power of two and a multiple of the 256-byte allocation
-        // alignment; anything else from the runtime is refused rather than passed on.
-        if !g.is_power_of_two() || g < MIN_GRANULARITY {
-            return Err(BackendError::Device {
-                backend: BACKEND.to_owned(),
-                call: "aclrtMemGetAllocationGranularity",
-                code: 0,
-                code_name: "ACL_SUCCESS".to_owned(),
-                message: format!(
-                    "the runtime reported a granularity of {g} bytes, not a power of two of \
-                     at least {MIN_GRANULARITY}"
-                ),
-            });
-        }
+        let g = check_granularity(g, &GRANULARITY_SOURCE)?;
         self.granularity = Some(g);
         Ok(g)
     }
@@ -224,12 +219,7 @@ impl VmBook {
         value: u64,
     ) -> Result<u64, BackendError> {
         let g = self.granularity(api, device)?;
-        if value == 0 || value % g != 0 {
-            return Err(invalid(
-                call,
-                format!("{what} {value:#x} is not a non-zero multiple of the granularity {g}"),
-            ));
-        }
+        check_aligned(BACKEND, call, what, value, g)?;
         Ok(g)
     }
 
@@ -249,29 +239,18 @@ impl VmBook {
         let code = unsafe { (f.reserve)(&raw mut p, size, 0, std::ptr::null_mut(), 0) };
         acl_check(code, "aclrtReserveMemAddress", bytes)?;
         let base = p as usize as u64;
-        self.reserved.insert(base, bytes);
+        self.ledger.record_reserve(DevicePtr(base), bytes);
         Ok(DevicePtr(base))
     }
 
     /// `aclrtReleaseMemAddress` of a reserved range with no mapping.
     pub(crate) fn release(&mut self, api: &Api, base: DevicePtr) -> Result<(), BackendError> {
         let f = self.require(api, "vm_release")?;
-        let Some(&len) = self.reserved.get(&base.addr()) else {
-            return Err(invalid(
-                "vm_release",
-                format!("{base} is not the base of a range vm_reserve returned on this device"),
-            ));
-        };
-        if let Some((&at, _)) = self.mappings.range(base.addr()..base.addr() + len).next() {
-            return Err(invalid(
-                "vm_release",
-                format!("range {base} still has a mapping at {at:#x}: vm_unmap it first"),
-            ));
-        }
+        self.ledger.check_release(base)?;
         // SAFETY: `base` is a live reservation of this runtime with nothing mapped in it.
         let code = unsafe { (f.release)(ptr(base.addr())) };
         acl_check(code, "aclrtReleaseMemAddress", 0)?;
-        self.reserved.remove(&base.addr());
+        self.ledger.record_release(base);
         Ok(())
     }
 
@@ -292,13 +271,7 @@ impl VmBook {
         let code = unsafe { (f.malloc_physical)(&raw mut h, size, &raw const prop, 0) };
         acl_check(code, "aclrtMallocPhysical", bytes)?;
         let id = h as usize as u64;
-        self.handles.insert(
-            id,
-            Physical {
-                bytes,
-                mapped_at: None,
-            },
-        );
+        self.ledger.record_create(PhysicalHandle(id), bytes);
         Ok(PhysicalHandle(id))
     }
 
@@ -309,28 +282,11 @@ impl VmBook {
         handle: PhysicalHandle,
     ) -> Result<(), BackendError> {
         let f = self.require(api, "vm_release_physical")?;
-        match self.handles.get(&handle.0) {
-            None => {
-                return Err(invalid(
-                    "vm_release_physical",
-                    format!("{handle:?} is not a live handle of this device"),
-                ));
-            }
-            Some(Physical {
-                mapped_at: Some(at),
-                ..
-            }) => {
-                return Err(invalid(
-                    "vm_release_physical",
-                    format!("{handle:?} is still mapped at {at:#x}: vm_unmap it first"),
-                ));
-            }
-            Some(_) => {}
-        }
+        self.ledger.check_release_physical(handle)?;
         // SAFETY: a live, unmapped handle of this runtime, freed once (removed below).
         let code = unsafe { (f.free_physical)(ptr(handle.0)) };
         acl_check(code, "aclrtFreePhysical", 0)?;
-        self.handles.remove(&handle.0);
+        self.ledger.record_release_physical(handle);
         Ok(())
     }
 
@@ -345,57 +301,14 @@ impl VmBook {
     ) -> Result<(), BackendError> {
         let f = self.require(api, "vm_map")?;
         self.aligned(api, device, "vm_map", "address", at.addr())?;
-        let bytes = match self.handles.get(&handle.0) {
-            None => {
-                return Err(invalid(
-                    "vm_map",
-                    format!("{handle:?} is not a live handle of this device"),
-                ));
-            }
-            Some(Physical {
-                mapped_at: Some(other),
-                ..
-            }) => {
-                return Err(invalid(
-                    "vm_map",
-                    format!("{handle:?} is already mapped at {other:#x}"),
-                ));
-            }
-            Some(p) => p.bytes,
-        };
-        let end = at
-            .addr()
-            .checked_add(bytes)
-            .ok_or_else(|| invalid("vm_map", format!("{at}+{bytes} overflows")))?;
-        let inside = self
-            .reserved
-            .range(..=at.addr())
-            .next_back()
-            .is_some_and(|(&base, &len)| end <= base + len);
-        if !inside {
-            return Err(invalid(
-                "vm_map",
-                format!("{bytes} bytes at {at} are not inside one range vm_reserve returned"),
-            ));
-        }
-        let below = self.mappings.range(..at.addr()).next_back();
-        let overlaps_below = below.is_some_and(|(&m, &(len, _))| m + len > at.addr());
-        if overlaps_below || self.mappings.range(at.addr()..end).next().is_some() {
-            return Err(invalid(
-                "vm_map",
-                format!("{bytes} bytes at {at} overlap a mapping: vm_unmap it first"),
-            ));
-        }
+        let bytes = self.ledger.check_map(at, handle)?;
         let size = size_t("vm_map", bytes)?;
         // SAFETY: `at` lies in a live reservation with no mapping over the range, the handle
         // is live and unmapped, and the size is the handle's (offset 0, flags 0: the
         // documented values).
         let code = unsafe { (f.map)(ptr(at.addr()), size, 0, ptr(handle.0), 0) };
         acl_check(code, "aclrtMapMem", 0)?;
-        self.mappings.insert(at.addr(), (bytes, handle.0));
-        if let Some(p) = self.handles.get_mut(&handle.0) {
-            p.mapped_at = Some(at.addr());
-        }
+        self.ledger.record_map(at, handle, bytes);
         Ok(())
     }
 
@@ -407,56 +320,35 @@ impl VmBook {
         bytes: u64,
     ) -> Result<(), BackendError> {
         let f = self.require(api, "vm_unmap")?;
-        let handle = match self.mappings.get(&at.addr()) {
-            Some(&(len, h)) if len == bytes => h,
-            Some(&(len, _)) => {
-                return Err(invalid(
-                    "vm_unmap",
-                    format!(
-                        "the mapping at {at} is {len} bytes, not {bytes}: unmap whole mappings"
-                    ),
-                ));
-            }
-            None => {
-                return Err(invalid(
-                    "vm_unmap",
-                    format!("{at} is not the address of a vm_map on this device"),
-                ));
-            }
-        };
+        self.ledger.check_unmap(at, bytes)?;
         // SAFETY: `at` is a live mapping of this runtime; the caller guarantees no enqueued
         // work still uses it (the `Backend::vm_unmap` contract).
         let code = unsafe { (f.unmap)(ptr(at.addr())) };
         acl_check(code, "aclrtUnmapMem", 0)?;
-        self.mappings.remove(&at.addr());
-        if let Some(p) = self.handles.get_mut(&handle) {
-            p.mapped_at = None;
-        }
+        self.ledger.record_unmap(at);
         Ok(())
     }
 
     /// Unmaps, frees and releases everything still held (the device was synchronized).
     /// Failures are logged: nothing can be reported from a drop.
     pub(crate) fn release_all(&mut self, api: &Api) {
-        let mappings: Vec<(u64, u64)> = self
-            .mappings
-            .iter()
-            .map(|(&at, &(len, _))| (at, len))
-            .collect();
+        // Through the checked calls, not `VmLedger::take_all`: a mapping the runtime failed
+        // to unmap keeps its handle and range from being freed under it.
+        let mappings: Vec<(DevicePtr, u64)> = self.ledger.mappings().collect();
         for (at, len) in mappings {
-            if let Err(e) = self.unmap(api, DevicePtr(at), len) {
+            if let Err(e) = self.unmap(api, at, len) {
                 tracing::warn!(%e, "unmapping a page left mapped at drop failed");
             }
         }
-        let handles: Vec<u64> = self.handles.keys().copied().collect();
+        let handles: Vec<PhysicalHandle> = self.ledger.handles().collect();
         for h in handles {
-            if let Err(e) = self.release_physical(api, PhysicalHandle(h)) {
+            if let Err(e) = self.release_physical(api, h) {
                 tracing::warn!(%e, "freeing a physical handle left at drop failed");
             }
         }
-        let ranges: Vec<u64> = self.reserved.keys().copied().collect();
-        for base in ranges {
-            if let Err(e) = self.release(api, DevicePtr(base)) {
+        let ranges: Vec<(DevicePtr, u64)> = self.ledger.ranges().collect();
+        for (base, _) in ranges {
+            if let Err(e) = self.release(api, base) {
                 tracing::warn!(%e, "releasing a range left reserved at drop failed");
             }
         }

@@ -25,7 +25,6 @@ mod nccl_init;
 mod p2p;
 mod registry;
 mod virtual_memory;
-mod vm_book;
 mod world;
 
 pub use comm::{NCCL_ALLTOALL_VERSION, NcclCommunicator, nccl_version};

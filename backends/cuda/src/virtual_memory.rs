@@ -16,11 +16,12 @@
 //!   CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)` is non-zero (read once at
 //!   open); otherwise every call is `BackendError::Unsupported` giving the attribute's value
 //!   or why it could not be read.
-//! - **Checks before the driver** (`vm_book.rs`, each an `InvalidArgument` naming the rule):
+//! - **Checks before the driver** (the core's `memreuse_core::virtual_memory::VmLedger`,
+//!   each an `InvalidArgument` naming the rule):
 //!   sizes and addresses non-zero multiples of the granularity; a map of a live, unmapped
 //!   handle, whole, inside one reserved range, over no mapping; an unmap of exactly one
 //!   whole mapping; a handle released only unmapped; a range released only by its base and
-//!   with nothing mapped. The book changes only after the driver succeeded, so a refused or
+//!   with nothing mapped. The ledger changes only after the driver succeeded, so a refused or
 //!   failed call leaves the state as it was (a failed `cuMemSetAccess` undoes its map).
 //! - **Errors.** Each call runs under [`error::guard`] (cudarc panics on a symbol the driver
 //!   lacks: `Unavailable`, never a panic); `CUDA_ERROR_OUT_OF_MEMORY` from `cuMemCreate` or
@@ -32,17 +33,27 @@
 //! - **Drop.** What is left mapped, created or reserved is released after the context was
 //!   synchronized.
 //!
-//! What ran where: the bookkeeping's unit tests run everywhere (`vm_book::tests`); the
+//! What ran where: the bookkeeping's unit tests run everywhere (in `memreuse-core`); the
 //! driver calls have **not yet run on a GPU**. `tests/gpu.rs`
 //! (`virtual_memory_on_the_device`: the contract kit's `virtual_memory` check, an access over
 //! two mappings, refusals, the typed OOM, an allocator with `expandable_segments:True`) is
 //! what `scripts/gpu-check.sh` runs where one is present, with its own summary line.
 
 use cudarc::driver::sys;
+use memreuse_core::virtual_memory::{
+    GranularitySource, VmLedger, check_aligned, check_granularity,
+};
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::error::{self, BACKEND_NAME};
-use crate::vm_book::{VmBook, check_aligned, check_granularity};
+
+/// Who reports the granularity, for the error when it breaks the core's rules.
+const GRANULARITY_SOURCE: GranularitySource = GranularitySource {
+    backend: BACKEND_NAME,
+    call: "cuMemGetAllocationGranularity",
+    success_code: "CUDA_SUCCESS",
+    reporter: "driver",
+};
 
 /// Whether the device supports virtual memory management, read once at open.
 #[derive(Clone, Debug)]
@@ -77,12 +88,12 @@ pub(crate) fn query_support(device: sys::CUdevice, ordinal: usize) -> Support {
     }
 }
 
-/// The per-device state: support, the granularity once asked, the book.
+/// The per-device state: support, the granularity once asked, the ledger.
 pub(crate) struct DeviceVm {
     support: Support,
     ordinal: usize,
     granularity: Option<u64>,
-    book: VmBook,
+    ledger: VmLedger,
 }
 
 fn location(ordinal: usize) -> sys::CUmemLocation {
@@ -119,7 +130,7 @@ impl DeviceVm {
             support,
             ordinal,
             granularity: None,
-            book: VmBook::default(),
+            ledger: VmLedger::new(BACKEND_NAME),
         }
     }
 
@@ -130,12 +141,12 @@ impl DeviceVm {
 
     /// True while a range, handle or mapping is held (the drop must release them).
     pub(crate) fn holds_anything(&self) -> bool {
-        !self.book.is_empty()
+        !self.ledger.is_empty()
     }
 
     /// True when `[start, end)` lies in mapped pages.
     pub(crate) fn covers(&self, start: u64, end: u64) -> bool {
-        self.book.covers(start, end)
+        self.ledger.covers(start, end)
     }
 
     fn require(&self, call: &'static str) -> Result<(), BackendError> {
@@ -172,7 +183,7 @@ impl DeviceVm {
             .map_err(|e| error::driver("cuMemGetAllocationGranularity", e))?;
             Ok(g as u64)
         })?;
-        let g = check_granularity(g)?;
+        let g = check_granularity(g, &GRANULARITY_SOURCE)?;
         self.granularity = Some(g);
         Ok(g)
     }
@@ -180,7 +191,7 @@ impl DeviceVm {
     pub(crate) fn reserve(&mut self, bytes: u64) -> Result<DevicePtr, BackendError> {
         self.require("vm_reserve")?;
         let g = self.granularity()?;
-        check_aligned("vm_reserve", "size", bytes, g)?;
+        check_aligned(BACKEND_NAME, "vm_reserve", "size", bytes, g)?;
         let size = size_t("vm_reserve", bytes)?;
         let base = error::guard("cuMemAddressReserve", || {
             let mut p: sys::CUdeviceptr = 0;
@@ -191,13 +202,13 @@ impl DeviceVm {
                 .map_err(|e| error::out_of_memory_or("cuMemAddressReserve", bytes, e))?;
             Ok(p)
         })?;
-        self.book.record_reserve(base, bytes);
+        self.ledger.record_reserve(DevicePtr(base), bytes);
         Ok(DevicePtr(base))
     }
 
     pub(crate) fn release(&mut self, base: DevicePtr) -> Result<(), BackendError> {
         self.require("vm_release")?;
-        let len = self.book.check_release(base)?;
+        let len = self.ledger.check_release(base)?;
         let size = size_t("vm_release", len)?;
         error::guard("cuMemAddressFree", || {
             // SAFETY: a live reservation of this device with nothing mapped, with its size.
@@ -205,14 +216,14 @@ impl DeviceVm {
                 .result()
                 .map_err(|e| error::driver("cuMemAddressFree", e))
         })?;
-        self.book.record_release(base);
+        self.ledger.record_release(base);
         Ok(())
     }
 
     pub(crate) fn create_physical(&mut self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
         self.require("vm_create_physical")?;
         let g = self.granularity()?;
-        check_aligned("vm_create_physical", "size", bytes, g)?;
+        check_aligned(BACKEND_NAME, "vm_create_physical", "size", bytes, g)?;
         let size = size_t("vm_create_physical", bytes)?;
         let prop = properties(self.ordinal);
         let handle = error::guard("cuMemCreate", || {
@@ -223,13 +234,13 @@ impl DeviceVm {
                 .map_err(|e| error::out_of_memory_or("cuMemCreate", bytes, e))?;
             Ok(h)
         })?;
-        self.book.record_create(handle, bytes);
+        self.ledger.record_create(PhysicalHandle(handle), bytes);
         Ok(PhysicalHandle(handle))
     }
 
     pub(crate) fn release_physical(&mut self, handle: PhysicalHandle) -> Result<(), BackendError> {
         self.require("vm_release_physical")?;
-        self.book.check_release_physical(handle)?;
+        self.ledger.check_release_physical(handle)?;
         error::guard("cuMemRelease", || {
             // SAFETY: a live, unmapped handle of this device, released once (forgotten
             // below).
@@ -237,7 +248,7 @@ impl DeviceVm {
                 .result()
                 .map_err(|e| error::driver("cuMemRelease", e))
         })?;
-        self.book.record_release_physical(handle);
+        self.ledger.record_release_physical(handle);
         Ok(())
     }
 
@@ -248,8 +259,8 @@ impl DeviceVm {
     ) -> Result<(), BackendError> {
         self.require("vm_map")?;
         let g = self.granularity()?;
-        check_aligned("vm_map", "address", at.addr(), g)?;
-        let bytes = self.book.check_map(at, handle)?;
+        check_aligned(BACKEND_NAME, "vm_map", "address", at.addr(), g)?;
+        let bytes = self.ledger.check_map(at, handle)?;
         let size = size_t("vm_map", bytes)?;
         let access = sys::CUmemAccessDesc {
             location: location(self.ordinal),
@@ -272,13 +283,13 @@ impl DeviceVm {
             }
             Ok(())
         })?;
-        self.book.record_map(at, handle, bytes);
+        self.ledger.record_map(at, handle, bytes);
         Ok(())
     }
 
     pub(crate) fn unmap(&mut self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
         self.require("vm_unmap")?;
-        self.book.check_unmap(at, bytes)?;
+        self.ledger.check_unmap(at, bytes)?;
         let size = size_t("vm_unmap", bytes)?;
         error::guard("cuMemUnmap", || {
             // SAFETY: exactly one live mapping of `size` bytes; the caller guarantees no
@@ -287,27 +298,27 @@ impl DeviceVm {
                 .result()
                 .map_err(|e| error::driver("cuMemUnmap", e))
         })?;
-        self.book.record_unmap(at);
+        self.ledger.record_unmap(at);
         Ok(())
     }
 
     /// Unmaps, releases and frees everything still held; the device is idle. Errors cannot
     /// be reported from a drop and are ignored.
     pub(crate) fn release_all(&mut self) {
-        let held = self.book.take_all();
+        let held = self.ledger.take_all();
         let _ = error::guard("release_all", || {
             for (at, len) in held.mappings {
-                // SAFETY: a live mapping of this device, unmapped once (taken from the book);
+                // SAFETY: a live mapping of this device, unmapped once (taken from the ledger);
                 // the device was synchronized.
-                let _ = unsafe { sys::cuMemUnmap(at, len as usize) };
+                let _ = unsafe { sys::cuMemUnmap(at.addr(), len as usize) };
             }
             for h in held.handles {
                 // SAFETY: a live handle, now unmapped, released once.
-                let _ = unsafe { sys::cuMemRelease(h) };
+                let _ = unsafe { sys::cuMemRelease(h.0) };
             }
             for (base, len) in held.ranges {
                 // SAFETY: a live reservation, now empty, freed once.
-                let _ = unsafe { sys::cuMemAddressFree(base, len as usize) };
+                let _ = unsafe { sys::cuMemAddressFree(base.addr(), len as usize) };
             }
             Ok(())
         });
