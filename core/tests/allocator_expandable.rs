@@ -9,48 +9,18 @@ mod observe_support;
 use std::sync::Arc;
 
 use common::{MIB, check_identities, check_tiling};
-use memreuse_core::allocator::{
-    BlockState, CachingAllocator, ConfigError, DEFAULT_TRACE_CAPACITY, TraceAction,
-};
+use memreuse_core::allocator::{BlockState, CachingAllocator, ConfigError, TraceAction};
 use memreuse_core::testing::{ManualBackend, ManualStream, SplitMix64};
 use memreuse_core::{AllocError, AllocatorConfig, Backend, Storage};
 
 type Alloc = Arc<CachingAllocator<ManualBackend>>;
 
-/// A manual device with virtual memory, an expandable allocator (plus `extra` settings)
-/// with tracing, and two streams.
 fn setup(capacity: u64, extra: &str) -> (Arc<ManualBackend>, Alloc, [ManualStream; 2]) {
-    let backend = Arc::new(ManualBackend::new(capacity));
-    let conf = format!("expandable_segments:True{extra}");
-    let config = AllocatorConfig::parse(&conf)
-        .unwrap()
-        .with_trace_capacity(DEFAULT_TRACE_CAPACITY);
-    let alloc = CachingAllocator::try_new(Arc::clone(&backend), config).unwrap();
-    let s0 = backend.default_stream();
-    let s1 = backend.create_stream().unwrap();
-    (backend, alloc, [s0, s1])
+    common::setup_expandable(capacity, extra)
 }
 
-/// Reserved bytes equal the bytes the device has mapped, and the usual identities hold.
 fn consistent(backend: &ManualBackend, alloc: &Alloc) {
-    let s = alloc.stats();
-    check_identities(&s);
-    assert_eq!(
-        s.reserved_bytes.current,
-        backend.physical_bytes(),
-        "reserved = mapped"
-    );
-    assert!(s.allocated_bytes.current <= s.reserved_bytes.current);
-    assert_eq!(
-        s.segment.current, 0,
-        "PyTorch counts no segment for expandable ones"
-    );
-    assert_eq!(
-        backend.raw_bytes_in_use(),
-        backend.physical_bytes(),
-        "no raw malloc"
-    );
-    check_tiling(&alloc.snapshot());
+    common::check_expandable(backend, alloc);
 }
 
 #[test]

@@ -9,40 +9,22 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{MIB, check_identities, check_tiling};
-use memreuse_core::allocator::{CachingAllocator, DEFAULT_TRACE_CAPACITY, TraceAction};
+use common::MIB;
+use memreuse_core::allocator::{CachingAllocator, TraceAction};
 use memreuse_core::testing::{ManualBackend, ManualStream};
-use memreuse_core::{AllocError, AllocatorConfig, Backend, Storage};
+use memreuse_core::{AllocError, Storage};
 
 type Alloc = Arc<CachingAllocator<ManualBackend>>;
 
 const TRIM: &str = ",expandable_segments_trim:True";
 const PAGES_2M: &str = ",expandable_segments_page_size_mb:2";
 
-/// A manual device with virtual memory, an expandable allocator (plus `extra` settings)
-/// with tracing, and two streams.
 fn setup(extra: &str) -> (Arc<ManualBackend>, Alloc, [ManualStream; 2]) {
-    let backend = Arc::new(ManualBackend::new(1 << 30));
-    let config = AllocatorConfig::parse(&format!("expandable_segments:True{extra}"))
-        .unwrap()
-        .with_trace_capacity(DEFAULT_TRACE_CAPACITY);
-    let alloc = CachingAllocator::try_new(Arc::clone(&backend), config).unwrap();
-    let s0 = backend.default_stream();
-    let s1 = backend.create_stream().unwrap();
-    (backend, alloc, [s0, s1])
+    common::setup_expandable(1 << 30, extra)
 }
 
-/// Reserved = the device's mapped bytes, the stats identities, and the tiling.
 fn consistent(backend: &ManualBackend, alloc: &Alloc) {
-    let s = alloc.stats();
-    check_identities(&s);
-    assert_eq!(
-        s.reserved_bytes.current,
-        backend.physical_bytes(),
-        "reserved = mapped"
-    );
-    assert!(s.allocated_bytes.current <= s.reserved_bytes.current);
-    check_tiling(&alloc.snapshot());
+    common::check_expandable(backend, alloc);
 }
 
 /// FSDP in miniature, one stream, 24 steps: each step gathers a transient tensor, keeps a

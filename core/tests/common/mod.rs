@@ -130,3 +130,44 @@ pub fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'stat
     rx.recv_timeout(Duration::from_secs(secs))
         .expect("operation deadlocked or panicked")
 }
+
+/// A manual device of `capacity` bytes with virtual memory, an allocator opened with
+/// `CachingAllocator::try_new` and `expandable_segments:True{extra}` plus tracing, and two
+/// streams.
+pub fn setup_expandable(
+    capacity: u64,
+    extra: &str,
+) -> (Arc<ManualBackend>, Alloc, [ManualStream; 2]) {
+    let backend = Arc::new(ManualBackend::new(capacity));
+    let config = AllocatorConfig::parse(&format!("expandable_segments:True{extra}"))
+        .expect("test config parses")
+        .with_trace_capacity(memreuse_core::allocator::DEFAULT_TRACE_CAPACITY);
+    let alloc = CachingAllocator::try_new(Arc::clone(&backend), config).unwrap();
+    let s0 = backend.default_stream();
+    let s1 = backend.create_stream().unwrap();
+    (backend, alloc, [s0, s1])
+}
+
+/// An expandable allocator is consistent with its device: reserved bytes equal the mapped
+/// bytes, allocated <= reserved, no segment counted (PyTorch counts none for expandable
+/// ones), no raw malloc, the stats identities and the snapshot's tiling.
+pub fn check_expandable(backend: &ManualBackend, alloc: &Alloc) {
+    let s = alloc.stats();
+    check_identities(&s);
+    assert_eq!(
+        s.reserved_bytes.current,
+        backend.physical_bytes(),
+        "reserved = mapped"
+    );
+    assert!(s.allocated_bytes.current <= s.reserved_bytes.current);
+    assert_eq!(
+        s.segment.current, 0,
+        "PyTorch counts no segment for expandable ones"
+    );
+    assert_eq!(
+        backend.raw_bytes_in_use(),
+        backend.physical_bytes(),
+        "no raw malloc"
+    );
+    check_tiling(&alloc.snapshot());
+}
