@@ -92,6 +92,47 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// [`BackendError::InvalidArgument`]: `backend` refused an argument to `call`. Every
+    /// backend builds its refusals with this one constructor, so the messages read alike.
+    pub fn invalid_argument(
+        backend: impl Into<String>,
+        call: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        BackendError::InvalidArgument {
+            backend: backend.into(),
+            call,
+            reason: reason.into(),
+        }
+    }
+
+    /// [`BackendError::Unsupported`]: `backend` does not offer `call`; `reason` names the
+    /// missing capability.
+    pub fn unsupported(
+        backend: impl Into<String>,
+        call: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        BackendError::Unsupported {
+            backend: backend.into(),
+            call,
+            reason: reason.into(),
+        }
+    }
+
+    /// [`BackendError::OutOfMemory`]: `backend` could not provide `requested` bytes.
+    pub fn out_of_memory(
+        backend: impl Into<String>,
+        requested: u64,
+        detail: impl Into<String>,
+    ) -> Self {
+        BackendError::OutOfMemory {
+            backend: backend.into(),
+            requested,
+            detail: detail.into(),
+        }
+    }
+
     /// True for the device's out-of-memory error, the one the allocator retries on.
     pub fn is_out_of_memory(&self) -> bool {
         matches!(self, BackendError::OutOfMemory { .. })

@@ -27,3 +27,14 @@ pub enum CommError {
         reason: String,
     },
 }
+
+impl CommError {
+    /// [`CommError::InvalidArgument`]: the communicator refused an argument to `call`. Every
+    /// backend's communicator builds its refusals with this one constructor.
+    pub fn invalid_argument(call: &'static str, reason: impl Into<String>) -> Self {
+        CommError::InvalidArgument {
+            call,
+            reason: reason.into(),
+        }
+    }
+}
