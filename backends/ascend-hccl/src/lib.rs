@@ -10,6 +10,12 @@
 //! | safe | [`AscendDevice`], [`AscendCommunicator`] | RAII streams, pooled SYNC events ([`events`]), pooled pinned staging, the `Backend` and `Communicator` implementations, fallbacks for optional symbols |
 //! | safe | [`virtual_memory`] | the optional `vm_*` calls (expandable segments) over `aclrtReserveMemAddress` / `aclrtMallocPhysical` / `aclrtMapMem`, misuse refused before any FFI call |
 //!
+//! A file imports only from the layers before it: `sys` ← `loader` ← `result` ← `runtime` ←
+//! {`stream`, `events`, `staging`, `virtual_memory`} ← `device` ← {`family`, `group`} ←
+//! `comm` ← {`registry`, `launch`}; `conversions` (memreuse types as C types) and `races`
+//! (the stand-in's race reports parsed) depend on nothing but `sys`. Only `result` calls
+//! into the libraries.
+//!
 //! The runtime's usage rules this crate keeps, the symbol table (required or optional, which
 //! CANN versions export each) and the test pinning each rule:
 //! `backends/ascend-hccl/docs/usage-rules.md`. [`finalize`] resets the devices and calls
