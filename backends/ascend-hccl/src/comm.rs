@@ -1,5 +1,5 @@
-//! Layer 3: [`AscendCommunicator`], one rank of an HCCL communicator as a memreuse
-//! [`Communicator`].
+//! The communicator layer: [`AscendCommunicator`], one rank of an HCCL communicator as a
+//! memreuse [`Communicator`].
 //!
 //! Set-up follows torch_npu: rank 0 calls `HcclGetRootInfo`, the 4108 bytes reach every rank
 //! (here in process; length-checked by [`HcclRootInfo::from_bytes`] when they come from
@@ -24,6 +24,9 @@
 //! One window remains, as in torch_npu: a call that passed the aborted check on another
 //! thread just before `abort` may reach HCCL after the handle was destroyed (HCCL then
 //! refuses the stale handle).
+//!
+//! [`Communicator`]: memreuse_core::comm::Communicator
+//! [`Communicator::abort`]: memreuse_core::comm::Communicator::abort
 
 use std::ffi::c_void;
 use std::sync::Arc;

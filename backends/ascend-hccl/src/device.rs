@@ -1,5 +1,5 @@
-//! Layer 3: [`AscendDevice`], one NPU as a memreuse [`Backend`], with RAII streams and
-//! pooled events.
+//! The device layer: [`AscendDevice`], one NPU as a memreuse [`Backend`], with RAII streams
+//! and pooled events.
 //!
 //! As torch_npu does:
 //! - every thread binds the device (`aclrtSetDevice`) before its first ACL call for it
