@@ -1,10 +1,10 @@
-//! Layer 3: [`AscendDevice`], one NPU as a memreuse [`Backend`], with RAII streams and
-//! pooled events.
+//! The device layer: [`AscendDevice`], one NPU as a memreuse [`Backend`], with RAII streams
+//! and pooled events.
 //!
 //! As torch_npu does:
 //! - every thread binds the device (`aclrtSetDevice`) before its first ACL call for it
 //!   (rank threads, the watchdog: [`AscendDevice::bind`] runs before every call, cached
-//!   per thread);
+//!   per thread by the runtime layer);
 //! - raw memory from `aclrtMallocAlign32` when the runtime exports it, else `aclrtMalloc`
 //!   (which rounds to 32 bytes and pads 32 more), policy `ACL_MEM_MALLOC_HUGE_FIRST`;
 //!   `ACL_ERROR_RT_MEMORY_ALLOCATION` / `ACL_ERROR_RT_DEVICE_OOM` are `OutOfMemory`, so the
@@ -19,10 +19,8 @@
 //!   `aclrtSynchronizeStreamWithTimeout` present, a hung stream is a `Timeout` error
 //!   (507046) instead of a host thread blocked for good.
 
-use std::cell::Cell;
-use std::ffi::c_void;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use memreuse_core::{
@@ -31,56 +29,26 @@ use memreuse_core::{
 };
 use parking_lot::Mutex;
 
+use crate::conversions::device_ptr;
 pub use crate::events::AscendEvent;
 use crate::events::EventPool;
 use crate::loader::Api;
-use crate::result::{BACKEND, acl_check, invalid};
+use crate::result::{BACKEND, acl, standin};
+use crate::runtime::{self, bind};
 use crate::staging::{Pinned, PinnedPool};
 pub use crate::stream::AscendStream;
-use crate::stream::{create_stream, sync_stream_raw};
+use crate::stream::{create_stream, synchronize};
 use crate::sys;
 use crate::virtual_memory::DeviceVm;
 
 /// Staged host-to-device bytes kept beyond this are released by synchronizing their stream.
 const MAX_PENDING_STAGING: usize = 64 << 20;
 
-thread_local! {
-    /// `(libraries, device, generation)` this thread last bound with `aclrtSetDevice`
-    /// (device -1: none).
-    static BOUND: Cell<(usize, i32, usize)> = const { Cell::new((0, -1, 0)) };
-}
-
-/// Bumped whenever every thread's binding becomes stale (finalize, stand-in reconfigure).
-static GENERATION: AtomicUsize = AtomicUsize::new(1);
-
 /// A pinned buffer holding bytes an enqueued host-to-device copy still reads.
 struct Staging {
     buf: Pinned,
     len: usize,
     stream: AscendStream,
-}
-
-/// Binds `device` to the calling thread (`aclrtSetDevice`), once per thread and device.
-pub(crate) fn bind(api: &Api, device: i32) -> Result<(), BackendError> {
-    let key = (
-        std::ptr::from_ref(api) as usize,
-        device,
-        GENERATION.load(Ordering::Acquire),
-    );
-    if BOUND.with(Cell::get) == key {
-        return Ok(());
-    }
-    // SAFETY: plain integer argument.
-    acl_check(unsafe { (api.aclrtSetDevice)(device) }, "aclrtSetDevice", 0)?;
-    BOUND.with(|b| b.set(key));
-    crate::note_device_set(api, device);
-    Ok(())
-}
-
-/// Forgets which device every thread bound (after the library was reconfigured or
-/// finalised): each thread's next call sets its device again.
-pub(crate) fn forget_binding() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 /// One Ascend NPU. Cheap to clone (shared state).
@@ -118,16 +86,16 @@ impl AscendDevice {
     fn standin_detects_races(&self) -> bool {
         self.inner.api.memreuse_standin_race_reports.is_some()
             && (self.inner.api.memreuse_standin_set_race_detection.is_none()
-                || crate::registry::STANDIN_RACE_DETECTION
-                    .load(std::sync::atomic::Ordering::Acquire))
+                || runtime::standin_race_detection())
     }
 
     /// Opens device `index` with the given libraries (see [`crate::loader::api`]): binds it
     /// and creates its default (`compute`) stream.
     pub fn open(api: &'static Api, index: usize) -> Result<AscendDevice, BackendError> {
-        crate::init(api)?;
-        let device =
-            i32::try_from(index).map_err(|_| invalid("open", format!("device {index}")))?;
+        runtime::init(api)?;
+        let device = i32::try_from(index).map_err(|_| {
+            BackendError::invalid_argument(BACKEND, "open", format!("device {index}"))
+        })?;
         let timeout_ms = Arc::new(AtomicI32::new(-1));
         let default = create_stream(api, device, &timeout_ms)?;
         Ok(AscendDevice {
@@ -200,15 +168,11 @@ impl AscendDevice {
     }
 }
 
-fn dptr(p: DevicePtr) -> *mut c_void {
-    p.addr() as usize as *mut c_void
-}
-
 impl Drop for DeviceInner {
     fn drop(&mut self) {
         if bind(self.api, self.device).is_ok() {
-            // SAFETY: no arguments; waits for the device so staging can be released.
-            let _ = unsafe { (self.api.aclrtSynchronizeDevice)() };
+            // Waits for the device so staging can be released.
+            let _ = acl::synchronize_device(self.api);
             // The device is idle: pages still mapped can go.
             self.vm.get_mut().release_all(self.api);
         }
@@ -249,12 +213,7 @@ impl Backend for AscendDevice {
 
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
         self.bind()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: both out-pointers are valid.
-        let code = unsafe {
-            (self.inner.api.aclrtGetMemInfo)(sys::ACL_HBM_MEM, &raw mut free, &raw mut total)
-        };
-        acl_check(code, "aclrtGetMemInfo", 0)?;
+        let (free, total) = acl::get_mem_info(self.inner.api, sys::ACL_HBM_MEM)?;
         Ok(MemoryInfo {
             free: free as u64,
             total: total as u64,
@@ -263,25 +222,20 @@ impl Backend for AscendDevice {
 
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         self.bind()?;
-        let size = usize::try_from(bytes).map_err(|_| invalid("malloc", "size exceeds size_t"))?;
-        let mut p: *mut c_void = std::ptr::null_mut();
+        let size = usize::try_from(bytes).map_err(|_| {
+            BackendError::invalid_argument(BACKEND, "malloc", "size exceeds size_t")
+        })?;
         let api = self.inner.api;
-        let (f, call) = match api.aclrtMallocAlign32 {
-            Some(f) => (f, "aclrtMallocAlign32"),
-            None => (api.aclrtMalloc, "aclrtMalloc"),
-        };
-        // SAFETY: `p` is a valid out-pointer; size and policy are plain values.
-        let code = unsafe { f(&raw mut p, size, sys::ACL_MEM_MALLOC_HUGE_FIRST) };
-        acl_check(code, call, bytes)?;
-        Ok(DevicePtr(p as usize as u64))
+        let policy = sys::ACL_MEM_MALLOC_HUGE_FIRST;
+        match api.aclrtMallocAlign32 {
+            Some(f) => acl::malloc_align32(f, size, policy, bytes),
+            None => acl::malloc(api, size, policy, bytes),
+        }
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: the caller guarantees `ptr` came from `malloc` and no work uses it; the
-        // runtime checks the address itself.
-        let code = unsafe { (self.inner.api.aclrtFree)(dptr(ptr)) };
-        acl_check(code, "aclrtFree", 0)
+        acl::free(self.inner.api, ptr)
     }
 
     fn default_stream(&self) -> AscendStream {
@@ -327,17 +281,14 @@ impl Backend for AscendDevice {
     fn synchronize_stream(&self, stream: &AscendStream) -> Result<(), BackendError> {
         self.bind()?;
         let timeout = self.inner.timeout_ms.load(Ordering::Relaxed);
-        let (code, call) = sync_stream_raw(self.inner.api, stream.raw_handle(), timeout);
-        acl_check(code, call, 0)?;
+        synchronize(self.inner.api, stream.raw_handle(), timeout)?;
         self.release_staging(Some(stream));
         Ok(())
     }
 
     fn synchronize_device(&self) -> Result<(), BackendError> {
         self.bind()?;
-        // SAFETY: no arguments.
-        let code = unsafe { (self.inner.api.aclrtSynchronizeDevice)() };
-        acl_check(code, "aclrtSynchronizeDevice", 0)?;
+        acl::synchronize_device(self.inner.api)?;
         self.release_staging(None);
         Ok(())
     }
@@ -349,12 +300,11 @@ impl Backend for AscendDevice {
         stream: &AscendStream,
     ) -> Result<(), BackendError> {
         self.bind()?;
-        let n =
-            usize::try_from(bytes).map_err(|_| invalid("memset_zero", "size exceeds size_t"))?;
-        // SAFETY: device address checked by the runtime; live stream; value 0 is a byte.
-        let code =
-            unsafe { (self.inner.api.aclrtMemsetAsync)(dptr(ptr), n, 0, n, stream.raw_handle()) };
-        acl_check(code, "aclrtMemsetAsync", 0)
+        let n = usize::try_from(bytes).map_err(|_| {
+            BackendError::invalid_argument(BACKEND, "memset_zero", "size exceeds size_t")
+        })?;
+        // Value 0 is a byte.
+        acl::memset_async(self.inner.api, ptr, n, 0, n, stream.raw_handle())
     }
 
     fn copy_host_to_device(
@@ -381,9 +331,10 @@ impl Backend for AscendDevice {
         // SAFETY: `staging` stays out of the pool until the stream passed the copy
         // (returned only after synchronizing the stream or device); the device address is
         // checked by the runtime.
-        let code = unsafe {
-            (api.aclrtMemcpyAsync)(
-                dptr(dst),
+        let copied = unsafe {
+            acl::memcpy_async(
+                api,
+                device_ptr(dst),
                 src.len(),
                 staging.as_mut_ptr(),
                 src.len(),
@@ -391,7 +342,7 @@ impl Backend for AscendDevice {
                 stream.raw_handle(),
             )
         };
-        if let Err(e) = acl_check(code, "aclrtMemcpyAsync", 0) {
+        if let Err(e) = copied {
             self.inner.pinned.give(staging);
             return Err(e);
         }
@@ -423,20 +374,20 @@ impl Backend for AscendDevice {
         let staging = self.inner.pinned.take(dst.len())?;
         // SAFETY: `staging` holds at least `dst.len()` bytes and returns to the pool only
         // after the stream was synchronized (or the enqueue failed).
-        let code = unsafe {
-            (api.aclrtMemcpyAsync)(
+        let copied = unsafe {
+            acl::memcpy_async(
+                api,
                 staging.as_mut_ptr(),
                 dst.len(),
-                dptr(src),
+                device_ptr(src),
                 dst.len(),
                 sys::ACL_MEMCPY_DEVICE_TO_HOST,
                 stream.raw_handle(),
             )
         };
-        let result = acl_check(code, "aclrtMemcpyAsync", 0).and_then(|()| {
+        let result = copied.and_then(|()| {
             let timeout = self.inner.timeout_ms.load(Ordering::Relaxed);
-            let (code, call) = sync_stream_raw(api, stream.raw_handle(), timeout);
-            acl_check(code, call, 0)
+            synchronize(api, stream.raw_handle(), timeout)
         });
         if result.is_ok() {
             // SAFETY: the copy completed (stream synchronized); both ranges hold `dst.len()`.
@@ -470,25 +421,28 @@ impl Backend for AscendDevice {
         stream: &AscendStream,
     ) -> Result<(), BackendError> {
         if dst.addr() % 64 != 0 || src.addr() % 64 != 0 {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND,
                 "copy_device_to_device",
                 format!("aclrtMemcpyAsync needs 64-byte aligned addresses (dst {dst}, src {src})"),
             ));
         }
         self.bind()?;
-        let n = usize::try_from(bytes).map_err(|_| invalid("copy_device_to_device", "size"))?;
-        // SAFETY: device addresses are checked by the runtime; live stream.
-        let code = unsafe {
-            (self.inner.api.aclrtMemcpyAsync)(
-                dptr(dst),
+        let n = usize::try_from(bytes).map_err(|_| {
+            BackendError::invalid_argument(BACKEND, "copy_device_to_device", "size")
+        })?;
+        // SAFETY: both ends are device memory, checked by the runtime; live stream.
+        unsafe {
+            acl::memcpy_async(
+                self.inner.api,
+                device_ptr(dst),
                 n,
-                dptr(src),
+                device_ptr(src),
                 n,
                 sys::ACL_MEMCPY_DEVICE_TO_DEVICE,
                 stream.raw_handle(),
             )
-        };
-        acl_check(code, "aclrtMemcpyAsync", 0)
+        }
     }
 
     fn delay(&self, micros: u64, stream: &AscendStream) -> Result<(), BackendError> {
@@ -496,24 +450,20 @@ impl Backend for AscendDevice {
         // trait allows); the stand-in enqueues an exact busy period.
         if let Some(f) = self.inner.api.memreuse_standin_delay {
             self.bind()?;
-            // SAFETY: live stream handle, plain integer.
-            let code = unsafe { f(stream.raw_handle(), micros) };
-            acl_check(code, "memreuse_standin_delay", 0)?;
+            standin::delay(f, stream.raw_handle(), micros)?;
         }
         Ok(())
     }
 
     fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {
         if let Some(f) = self.inner.api.memreuse_standin_annotate {
-            // SAFETY: plain integers.
-            let _ = unsafe { f(self.inner.device, ptr.addr(), bytes, id.0) };
+            let _ = standin::annotate(f, self.inner.device, ptr.addr(), bytes, id.0);
         }
     }
 
     fn set_op_label(&self, label: &str) {
         if let Some(f) = self.inner.api.memreuse_standin_set_op_label {
-            // SAFETY: `label` is valid for `label.len()` bytes during the call.
-            let _ = unsafe { f(self.inner.device, label.as_ptr().cast(), label.len()) };
+            let _ = standin::set_op_label(f, self.inner.device, label);
         }
     }
 
@@ -550,14 +500,7 @@ impl Backend for AscendDevice {
             return None;
         }
         let f = self.inner.api.memreuse_standin_race_reports?;
-        // SAFETY: a null buffer asks only for the size.
-        let needed = unsafe { f(self.inner.device, std::ptr::null_mut(), 0) };
-        let mut buf = vec![0u8; usize::try_from(needed).ok()?];
-        // SAFETY: `buf` is valid for `buf.len()` bytes.
-        let written = unsafe { f(self.inner.device, buf.as_mut_ptr().cast(), buf.len()) };
-        if written != needed {
-            return None;
-        }
+        let buf = standin::race_reports(f, self.inner.device)?;
         Some(crate::races::parse(&String::from_utf8_lossy(&buf)))
     }
 }

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
-use crate::device::bind;
 use crate::loader::Api;
-use crate::result::{BACKEND, acl_check};
+use crate::result::{AclError, BACKEND, acl};
+use crate::runtime::bind;
 use crate::sys;
 
 /// The flags of every event this backend creates.
@@ -140,9 +140,7 @@ impl EventPool {
                 // At the limit: wait for the oldest settling event rather than create one.
                 found = st.settling.pop_front();
                 if let Some(r) = found {
-                    // SAFETY: live handle owned by the pool.
-                    let code = unsafe { (self.api.aclrtSynchronizeEvent)(r.handle as _) };
-                    if code != sys::ACL_SUCCESS {
+                    if acl::synchronize_event(self.api, r.handle as _).is_err() {
                         st.settling.push_back(r);
                         found = None;
                     }
@@ -188,26 +186,19 @@ impl EventPool {
     }
 
     fn create_raw(&self) -> Result<usize, BackendError> {
-        let (f, call) = match self.api.aclrtCreateEventExWithFlag {
-            Some(f) => (f, "aclrtCreateEventExWithFlag"),
-            None => (
-                self.api.aclrtCreateEventWithFlag,
-                "aclrtCreateEventWithFlag",
-            ),
+        let raw = match self.api.aclrtCreateEventExWithFlag {
+            Some(f) => acl::create_event_ex_with_flag(f, EVENT_FLAGS)?,
+            None => acl::create_event_with_flag(self.api, EVENT_FLAGS)?,
         };
-        let mut raw: sys::aclrtEvent = std::ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the flag is a documented value.
-        let code = unsafe { f(&raw mut raw, EVENT_FLAGS) };
-        acl_check(code, call, 0)?;
         Ok(raw as usize)
     }
 
     /// The runtime reports the raw event's last recording complete (errors count as not).
     fn completed(&self, handle: usize) -> bool {
-        let mut status = sys::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-        // SAFETY: live handle owned by the pool, valid out-pointer.
-        let code = unsafe { (self.api.aclrtQueryEventStatus)(handle as _, &raw mut status) };
-        code == sys::ACL_SUCCESS && status == sys::ACL_EVENT_RECORDED_STATUS_COMPLETE
+        matches!(
+            acl::query_event_status(self.api, handle as _),
+            Ok(sys::ACL_EVENT_RECORDED_STATUS_COMPLETE)
+        )
     }
 
     fn give(&self, raw: Raw, recorded: bool) {
@@ -229,12 +220,9 @@ impl EventPool {
         }
         if settle {
             // Nothing may still wait on an event that is destroyed.
-            // SAFETY: live handle owned by the pool.
-            let _ = unsafe { (self.api.aclrtSynchronizeEvent)(handle as _) };
+            let _ = acl::synchronize_event(self.api, handle as _);
         }
-        // SAFETY: created by aclrtCreateEvent*WithFlag, destroyed once (it left the pool).
-        let code = unsafe { (self.api.aclrtDestroyEvent)(handle as _) };
-        if code != sys::ACL_SUCCESS {
+        if let Err(AclError(code)) = acl::destroy_event(self.api, handle as _) {
             tracing::warn!(code, "aclrtDestroyEvent failed");
         }
     }
@@ -261,14 +249,10 @@ impl AscendEvent {
     pub(crate) fn record(&self, stream: sys::aclrtStream) -> Result<(), BackendError> {
         let api = self.pool.api;
         if !self.pool.ex() && self.dirty.load(Ordering::Acquire) {
-            // SAFETY: live handles; the event is re-recorded on the same stream next.
-            let code = unsafe { (api.aclrtResetEvent)(self.handle(), stream) };
-            acl_check(code, "aclrtResetEvent", 0)?;
+            acl::reset_event(api, self.handle(), stream)?;
             self.dirty.store(false, Ordering::Release);
         }
-        // SAFETY: live handles (owned by their RAII wrappers).
-        let code = unsafe { (api.aclrtRecordEvent)(self.handle(), stream) };
-        acl_check(code, "aclrtRecordEvent", 0)?;
+        acl::record_event(api, self.handle(), stream)?;
         self.dirty.store(true, Ordering::Release);
         self.recorded.store(true, Ordering::Release);
         Ok(())
@@ -280,10 +264,7 @@ impl AscendEvent {
         if !self.recorded.load(Ordering::Acquire) {
             return Ok(true);
         }
-        let mut status = sys::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-        // SAFETY: live handle, valid out-pointer.
-        let code = unsafe { (self.pool.api.aclrtQueryEventStatus)(self.handle(), &raw mut status) };
-        acl_check(code, "aclrtQueryEventStatus", 0)?;
+        let status = acl::query_event_status(self.pool.api, self.handle())?;
         Ok(status == sys::ACL_EVENT_RECORDED_STATUS_COMPLETE)
     }
 
@@ -292,9 +273,7 @@ impl AscendEvent {
         if !self.recorded.load(Ordering::Acquire) {
             return Ok(());
         }
-        // SAFETY: live handle.
-        let code = unsafe { (self.pool.api.aclrtSynchronizeEvent)(self.handle()) };
-        acl_check(code, "aclrtSynchronizeEvent", 0)
+        acl::synchronize_event(self.pool.api, self.handle())
     }
 
     /// Makes `stream` wait for the event (nothing to wait for when unrecorded).
@@ -302,8 +281,6 @@ impl AscendEvent {
         if !self.recorded.load(Ordering::Acquire) {
             return Ok(());
         }
-        // SAFETY: live handles.
-        let code = unsafe { (self.pool.api.aclrtStreamWaitEvent)(stream, self.handle()) };
-        acl_check(code, "aclrtStreamWaitEvent", 0)
+        acl::stream_wait_event(self.pool.api, stream, self.handle())
     }
 }

@@ -14,9 +14,8 @@ use memreuse_core::BackendError;
 use memreuse_core::store::{StoreError, TcpStore};
 use parking_lot::{Condvar, Mutex};
 
-use crate::comm::root_info;
 use crate::device::AscendDevice;
-use crate::result::BACKEND;
+use crate::result::{BACKEND, hccl};
 use crate::sys::{self, HcclRootInfo};
 
 /// `(creation number, ranks)` of a sub-group.
@@ -97,8 +96,9 @@ impl Family {
                 let bytes = store
                     .get_exact(&key, sys::HCCL_ROOT_INFO_BYTES)
                     .map_err(|e| store_error(&e))?;
-                HcclRootInfo::from_bytes(&bytes)
-                    .ok_or_else(|| crate::result::invalid("new_group", "root info length"))?
+                HcclRootInfo::from_bytes(&bytes).ok_or_else(|| {
+                    BackendError::invalid_argument(BACKEND, "new_group", "root info length")
+                })?
             };
             return Ok((root, Family::with_store(Arc::clone(store), key)));
         }
@@ -142,6 +142,12 @@ impl Family {
             }
         }
     }
+}
+
+/// `HcclGetRootInfo` on `device` (rank 0's step, for the world and for every sub-group).
+pub fn root_info(device: &AscendDevice) -> Result<HcclRootInfo, BackendError> {
+    device.bind()?;
+    hccl::get_root_info(device.api()).map_err(|e| e.into_backend("HcclGetRootInfo"))
 }
 
 /// A store failure as a backend error (the job cannot be set up).

@@ -1,5 +1,6 @@
-//! Point-to-point and groups of it: `HcclSend` / `HcclRecv`, `HcclGroupStart` /
-//! `HcclGroupEnd` where the runtime has them, and batched point-to-point without them.
+//! Groups of point-to-point without the group symbols: the queue of an open group and the
+//! order its operations are issued in (the communicator issues them:
+//! `comm/point_to_point.rs`).
 //!
 //! The group symbols are absent from CANN 8.0-8.3 installs and documented as unsupported on
 //! Atlas training (910) and Atlas inference (310P) parts. There, a communicator queues the
@@ -16,15 +17,11 @@
 //! order is smaller, so finished), and it completes: no cycle of waits can form.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 
 use memreuse_core::DevicePtr;
-use memreuse_core::comm::{CommError, DType};
+use memreuse_core::comm::DType;
 
-use crate::comm::{AscendCommunicator, bad, comm_err, stream_raw, vptr};
 use crate::device::AscendStream;
-use crate::result::hccl_check;
-use crate::sys;
 
 /// A send or receive queued until `group_end`.
 #[derive(Debug, Clone)]
@@ -67,150 +64,6 @@ pub(crate) fn deadlock_free_order<T>(
         .collect();
     keyed.sort_by_key(|(k, _)| *k);
     keyed.into_iter().map(|(_, op)| op).collect()
-}
-
-impl AscendCommunicator {
-    /// `group_start`: `HcclGroupStart`, or an emulated group where the symbols are absent
-    /// or answer `HCCL_E_NOT_SUPPORT`.
-    pub(crate) fn open_group(&self) -> Result<(), CommError> {
-        self.check_aborted()?;
-        if !self.groups_emulated() {
-            if let Some(f) = self.device.api().HcclGroupStart {
-                // SAFETY: no arguments.
-                match self.call_raw(|_| unsafe { f() })? {
-                    sys::HCCL_SUCCESS => return Ok(()),
-                    // Documented as unsupported on Atlas 910 and 310P parts.
-                    sys::HCCL_E_NOT_SUPPORT => self.emulate_group.store(true, Ordering::Relaxed),
-                    code => return hccl_check(code, "HcclGroupStart").map_err(comm_err),
-                }
-            }
-        }
-        self.group.lock().depth += 1;
-        Ok(())
-    }
-
-    /// `group_end`: `HcclGroupEnd`, or the emulated group's operations in the
-    /// deadlock-free order.
-    pub(crate) fn close_group(&self) -> Result<(), CommError> {
-        let emulated_open = self.group.lock().depth > 0;
-        if !emulated_open {
-            let Some(f) = self
-                .device
-                .api()
-                .HcclGroupEnd
-                .filter(|_| !self.groups_emulated())
-            else {
-                return Err(bad("group_end", "no group is open (group_start first)"));
-            };
-            // SAFETY: no arguments.
-            return self.call("HcclGroupEnd", |_| unsafe { f() });
-        }
-        let queued = {
-            let mut g = self.group.lock();
-            g.depth -= 1;
-            if g.depth > 0 {
-                return Ok(());
-            }
-            std::mem::take(&mut g.queued)
-        };
-        self.check_aborted()?;
-        self.issue_emulated(queued)
-    }
-
-    /// Issues the queued operations of an emulated group in the deadlock-free order.
-    fn issue_emulated(&self, queued: Vec<Queued>) -> Result<(), CommError> {
-        let ordered = deadlock_free_order(self.rank, queued, |q| (q.send, q.peer));
-        for q in ordered {
-            let api = self.device.api();
-            let (f, names) = if q.send {
-                (api.HcclSend, ("send", "HcclSend"))
-            } else {
-                (api.HcclRecv, ("recv", "HcclRecv"))
-            };
-            self.p2p_now(names, f, q.buf, q.count, q.dtype, q.peer, &q.stream)?;
-        }
-        Ok(())
-    }
-
-    /// `HcclSend` or `HcclRecv` (one C signature) of `count` elements at `buf` with `peer`;
-    /// `names` is (the trait method, the HCCL symbol) for errors.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the trait method's five arguments plus the call and its names"
-    )]
-    pub(crate) fn p2p(
-        &self,
-        names: (&'static str, &'static str),
-        f: sys::HcclSend,
-        buf: DevicePtr,
-        count: usize,
-        dtype: DType,
-        peer: usize,
-        stream: &AscendStream,
-    ) -> Result<(), CommError> {
-        let (method, _) = names;
-        self.check_peer(method, peer)?;
-        Self::dtype(method, dtype)?;
-        {
-            let mut g = self.group.lock();
-            if g.depth > 0 {
-                self.check_aborted()?;
-                g.queued.push(Queued {
-                    send: method == "send",
-                    buf,
-                    count,
-                    dtype,
-                    peer,
-                    stream: stream.clone(),
-                });
-                return Ok(());
-            }
-        }
-        self.p2p_now(names, f, buf, count, dtype, peer, stream)
-    }
-
-    /// Issues one `HcclSend` / `HcclRecv` now.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the trait method's five arguments plus the call and its names"
-    )]
-    fn p2p_now(
-        &self,
-        names: (&'static str, &'static str),
-        f: sys::HcclSend,
-        buf: DevicePtr,
-        count: usize,
-        dtype: DType,
-        peer: usize,
-        stream: &AscendStream,
-    ) -> Result<(), CommError> {
-        let (method, symbol) = names;
-        let t = Self::dtype(method, dtype)?;
-        // SAFETY: as for all_reduce.
-        self.call(symbol, |c| unsafe {
-            f(
-                vptr(buf),
-                count as u64,
-                t,
-                peer as u32,
-                c,
-                stream_raw(stream),
-            )
-        })
-    }
-
-    fn check_peer(&self, call: &'static str, peer: usize) -> Result<(), CommError> {
-        if peer >= self.size || peer == self.rank {
-            return Err(bad(
-                call,
-                format!(
-                    "peer {peer} is not another rank of this {}-rank group",
-                    self.size
-                ),
-            ));
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use memreuse_core::{
 };
 
 use crate::comm::{AscendCommunicator, Family, root_info};
-use crate::device::{AscendDevice, forget_binding};
+use crate::device::AscendDevice;
 use crate::loader::{Api, api};
-use crate::result::{BACKEND, acl_check, unavailable};
+use crate::result::{BACKEND, acl, standin, unavailable};
+use crate::runtime;
 
 /// Devices the stand-in keeps at least, so `device_count` before a world opens covers
 /// every built-in schedule (the largest has 16 ranks).
@@ -24,12 +25,8 @@ const STANDIN_DEFAULT_CAPACITY: u64 = 1 << 30;
 
 /// `aclrtGetDeviceCount` after `aclInit`.
 pub fn device_count_of(api: &'static Api) -> Result<usize, BackendError> {
-    crate::init(api)?;
-    let mut n = 0u32;
-    // SAFETY: valid out-pointer.
-    let code = unsafe { (api.aclrtGetDeviceCount)(&raw mut n) };
-    acl_check(code, "aclrtGetDeviceCount", 0)?;
-    Ok(n as usize)
+    runtime::init(api)?;
+    Ok(acl::get_device_count(api)? as usize)
 }
 
 fn device_count() -> Result<usize, BackendError> {
@@ -41,11 +38,6 @@ fn open(options: &BackendOptions) -> Result<AnyBackend, BackendError> {
     Ok(AnyBackend::new(AscendDevice::open(api, options.device)?))
 }
 
-/// Whether the stand-in's devices were last configured with their race detector (off under
-/// `BackendOptions::disable_native_race_detection`, i.e. `--race-check adaptor`).
-pub(crate) static STANDIN_RACE_DETECTION: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
-
 /// Gives the stand-in a fresh cluster shaped by `options` (no-op on a real CANN install,
 /// which has no `memreuse_standin_configure`).
 pub fn configure_standin(api: &'static Api, options: &WorldOptions) -> Result<(), BackendError> {
@@ -54,28 +46,22 @@ pub fn configure_standin(api: &'static Api, options: &WorldOptions) -> Result<()
     };
     let detect = !options.backend.disable_native_race_detection;
     if let Some(set_race_detection) = api.memreuse_standin_set_race_detection {
-        // SAFETY: a plain integer argument; only read by the configure call below.
-        unsafe { set_race_detection(i32::from(detect)) };
+        standin::set_race_detection(set_race_detection, detect);
     }
-    STANDIN_RACE_DETECTION.store(detect, std::sync::atomic::Ordering::Release);
+    runtime::set_standin_race_detection(detect);
     let devices = options.world_size.max(STANDIN_MIN_DEVICES);
-    let seed = options.backend.deterministic_seed;
-    // SAFETY: plain integers; called while this process uses no stand-in handle (worlds
-    // are opened one after another).
-    let code = unsafe {
-        configure(
-            u32::try_from(devices).unwrap_or(u32::MAX),
-            options
-                .backend
-                .memory_capacity
-                .unwrap_or(STANDIN_DEFAULT_CAPACITY),
-            i32::from(seed.is_some()),
-            seed.unwrap_or(0),
-            u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX),
-        )
-    };
-    forget_binding();
-    acl_check(code, "memreuse_standin_configure", 0)
+    let configured = standin::configure(
+        configure,
+        u32::try_from(devices).unwrap_or(u32::MAX),
+        options
+            .backend
+            .memory_capacity
+            .unwrap_or(STANDIN_DEFAULT_CAPACITY),
+        options.backend.deterministic_seed,
+        u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX),
+    );
+    runtime::forget_binding();
+    configured
 }
 
 /// Opens `options.world_size` ranks on devices `0..world_size` of the given libraries.
@@ -83,7 +69,7 @@ pub fn open_world_with(
     api: &'static Api,
     options: &WorldOptions,
 ) -> Result<Vec<(AscendDevice, AscendCommunicator)>, BackendError> {
-    crate::init(api)?;
+    runtime::init(api)?;
     configure_standin(api, options)?;
     let n = options.world_size;
     let available = device_count_of(api)?;

@@ -13,8 +13,7 @@ use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
 use crate::loader::Api;
-use crate::result::acl_check;
-use crate::sys;
+use crate::result::{AclError, acl};
 
 /// Smallest pinned buffer.
 pub const MIN_PINNED: usize = 4096;
@@ -64,12 +63,8 @@ impl PinnedPool {
                 return Ok(idle.swap_remove(i));
             }
         }
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; `class > 0`.
-        let code = unsafe { (self.api.aclrtMallocHost)(&raw mut p, class) };
-        acl_check(code, "aclrtMallocHost", class as u64)?;
         Ok(Pinned {
-            ptr: p as usize,
+            ptr: acl::malloc_host(self.api, class)?,
             cap: class,
         })
     }
@@ -96,9 +91,8 @@ impl Drop for PinnedPool {
 }
 
 fn free_host(api: &Api, buf: &Pinned) {
-    // SAFETY: `buf` came from aclrtMallocHost and no enqueued copy reads it any more.
-    let code = unsafe { (api.aclrtFreeHost)(buf.as_mut_ptr()) };
-    if code != sys::ACL_SUCCESS {
+    // `buf` came from aclrtMallocHost and no enqueued copy reads it any more.
+    if let Err(AclError(code)) = acl::free_host(api, buf.ptr) {
         tracing::warn!(code, "aclrtFreeHost failed");
     }
 }

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use memreuse_core::BackendError;
 
-use crate::device::bind;
 use crate::loader::Api;
-use crate::result::acl_check;
+use crate::result::{AclError, acl};
+use crate::runtime::bind;
 use crate::sys;
 
 /// A stream of an [`crate::AscendDevice`]; synchronized and destroyed when the last clone drops.
@@ -34,25 +34,29 @@ impl AscendStream {
 
 /// `aclrtSynchronizeStreamWithTimeout` when a timeout is set and the runtime has it, else
 /// `aclrtSynchronizeStream`; returns the status and the call's name.
-pub(crate) fn sync_stream_raw(
+fn sync_status(
     api: &Api,
     raw: sys::aclrtStream,
     timeout_ms: i32,
-) -> (i32, &'static str) {
+) -> (Result<(), AclError>, &'static str) {
     match api.aclrtSynchronizeStreamWithTimeout {
-        Some(f) if timeout_ms >= 0 => {
-            // SAFETY: live stream handle, plain integer.
-            (
-                unsafe { f(raw, timeout_ms) },
-                "aclrtSynchronizeStreamWithTimeout",
-            )
-        }
-        // SAFETY: live stream handle.
-        _ => (
-            unsafe { (api.aclrtSynchronizeStream)(raw) },
-            "aclrtSynchronizeStream",
+        Some(f) if timeout_ms >= 0 => (
+            acl::synchronize_stream_with_timeout(f, raw, timeout_ms),
+            "aclrtSynchronizeStreamWithTimeout",
         ),
+        _ => (acl::synchronize_stream(api, raw), "aclrtSynchronizeStream"),
     }
+}
+
+/// Synchronizes the stream (bounded by `timeout_ms` as [`sync_status`] does), the failure
+/// named after the call that was made.
+pub(crate) fn synchronize(
+    api: &Api,
+    raw: sys::aclrtStream,
+    timeout_ms: i32,
+) -> Result<(), BackendError> {
+    let (status, call) = sync_status(api, raw, timeout_ms);
+    status.map_err(|e| e.into_backend(call, 0))
 }
 
 impl Drop for StreamInner {
@@ -62,18 +66,18 @@ impl Drop for StreamInner {
         }
         let raw = self.raw as sys::aclrtStream;
         // aclrtDestroyStream requires the stream's work to be finished.
-        let (synced, _) = sync_stream_raw(self.api, raw, self.timeout_ms.load(Ordering::Relaxed));
-        let (code, call) = match (synced, self.api.aclrtDestroyStreamForce) {
-            // SAFETY: `raw` was created by aclrtCreateStream and is destroyed once, here.
-            (sys::ACL_SUCCESS, _) | (_, None) => (
-                unsafe { (self.api.aclrtDestroyStream)(raw) },
-                "aclrtDestroyStream",
-            ),
+        let (synced, _) = sync_status(self.api, raw, self.timeout_ms.load(Ordering::Relaxed));
+        let (destroyed, call) = match (synced, self.api.aclrtDestroyStreamForce) {
+            // `raw` was created by aclrtCreateStream and is destroyed once, here.
+            (Ok(()), _) | (_, None) => (acl::destroy_stream(self.api, raw), "aclrtDestroyStream"),
             // An abort path: the stream is hung or failed; force it.
-            // SAFETY: as above.
-            (_, Some(force)) => (unsafe { force(raw) }, "aclrtDestroyStreamForce"),
+            (Err(_), Some(force)) => (
+                acl::destroy_stream_force(force, raw),
+                "aclrtDestroyStreamForce",
+            ),
         };
-        if code != sys::ACL_SUCCESS {
+        if let Err(AclError(code)) = destroyed {
+            let synced = synced.err().map_or(sys::ACL_SUCCESS, |e| e.0);
             tracing::warn!(code, synced, call, "destroying a stream failed");
         }
     }
@@ -108,10 +112,7 @@ pub(crate) fn create_stream(
     timeout_ms: &Arc<AtomicI32>,
 ) -> Result<AscendStream, BackendError> {
     bind(api, device)?;
-    let mut raw: sys::aclrtStream = std::ptr::null_mut();
-    // SAFETY: `raw` is a valid out-pointer.
-    let code = unsafe { (api.aclrtCreateStream)(&raw mut raw) };
-    acl_check(code, "aclrtCreateStream", 0)?;
+    let raw = acl::create_stream(api)?;
     Ok(AscendStream(Arc::new(StreamInner {
         raw: raw as usize,
         device,

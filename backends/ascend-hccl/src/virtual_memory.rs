@@ -31,15 +31,13 @@
 //! - Handles and ranges still held when the last clone of the device drops are unmapped and
 //!   released after the device was synchronized.
 
-use std::ffi::c_void;
-
 use memreuse_core::virtual_memory::{
     GranularitySource, VmLedger, check_aligned, check_granularity,
 };
 use memreuse_core::{BackendError, DevicePtr, PhysicalHandle};
 
 use crate::loader::Api;
-use crate::result::{BACKEND, acl_check, invalid};
+use crate::result::{BACKEND, vm};
 use crate::sys;
 
 /// The granularity used when the runtime lacks `aclrtMemGetAllocationGranularity`: the
@@ -102,20 +100,19 @@ const ACL_ERROR_RT_FEATURE_NOT_SUPPORT: i32 = 207_000;
 /// and released. `Err` (why, in words) only for `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`; any
 /// other answer is no verdict, and the real calls report their own errors.
 fn probe(f: &Fns) -> Result<(), String> {
-    let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: `p` is a valid out-pointer; alignment 0, expectPtr NULL and flags 0 are the
-    // documented values; 2 MB is one page of `ACL_HBM_MEM_HUGE`.
-    let code = unsafe { (f.reserve)(&raw mut p, 2 << 20, 0, std::ptr::null_mut(), 0) };
-    if code == ACL_ERROR_RT_FEATURE_NOT_SUPPORT {
-        return Err(format!(
-            "answers aclrtReserveMemAddress with ACL_ERROR_RT_FEATURE_NOT_SUPPORT ({code})"
-        ));
+    // 2 MB is one page of `ACL_HBM_MEM_HUGE`.
+    match vm::reserve_mem_address(f.reserve, 2 << 20) {
+        Err(e) if e.0 == ACL_ERROR_RT_FEATURE_NOT_SUPPORT => Err(format!(
+            "answers aclrtReserveMemAddress with ACL_ERROR_RT_FEATURE_NOT_SUPPORT ({})",
+            e.0
+        )),
+        // The reservation made just now, never mapped, released once.
+        Ok(base) if base != 0 => {
+            let _ = vm::release_mem_address(f.release, base);
+            Ok(())
+        }
+        _ => Ok(()),
     }
-    if code == sys::ACL_SUCCESS && !p.is_null() {
-        // SAFETY: the reservation made just now, never mapped, released once.
-        let _ = unsafe { (f.release)(p) };
-    }
-    Ok(())
 }
 
 /// What one device's virtual memory needs beyond the runtime: the probe's answer, the
@@ -137,12 +134,10 @@ impl Default for DeviceVm {
     }
 }
 
-fn ptr(addr: u64) -> *mut c_void {
-    addr as usize as *mut c_void
-}
-
 fn size_t(call: &'static str, bytes: u64) -> Result<usize, BackendError> {
-    usize::try_from(bytes).map_err(|_| invalid(call, format!("{bytes} bytes exceed size_t")))
+    usize::try_from(bytes).map_err(|_| {
+        BackendError::invalid_argument(BACKEND, call, format!("{bytes} bytes exceed size_t"))
+    })
 }
 
 /// The properties of `device`'s memory in 2 MB pages.
@@ -150,7 +145,8 @@ fn huge_pages_of(
     call: &'static str,
     device: i32,
 ) -> Result<sys::aclrtPhysicalMemProp, BackendError> {
-    let id = u32::try_from(device).map_err(|_| invalid(call, format!("device {device}")))?;
+    let id = u32::try_from(device)
+        .map_err(|_| BackendError::invalid_argument(BACKEND, call, format!("device {device}")))?;
     Ok(sys::aclrtPhysicalMemProp::device_huge(id))
 }
 
@@ -158,14 +154,16 @@ impl DeviceVm {
     /// The six functions, if the runtime exports them and does not refuse virtual memory
     /// on this device ([`probe`], asked once); else `Unsupported` saying why.
     fn require(&mut self, api: &Api, call: &'static str) -> Result<Fns, BackendError> {
-        let unsupported = |why: String| BackendError::Unsupported {
-            backend: BACKEND.to_owned(),
-            call,
-            reason: format!(
-                "the ACL runtime loaded from {} {why}, so this device has no virtual-memory \
-                 interface (needed by expandable_segments:True)",
-                api.source
-            ),
+        let unsupported = |why: String| {
+            BackendError::unsupported(
+                BACKEND,
+                call,
+                format!(
+                    "the ACL runtime loaded from {} {why}, so this device has no \
+                     virtual-memory interface (needed by expandable_segments:True)",
+                    api.source
+                ),
+            )
         };
         let f = fns(api).map_err(|symbol| unsupported(format!("does not export `{symbol}`")))?;
         match self.probed.get_or_insert_with(|| probe(&f)) {
@@ -191,18 +189,11 @@ impl DeviceVm {
             None => FALLBACK_GRANULARITY,
             Some(f) => {
                 let mut prop = huge_pages_of("vm_granularity", device)?;
-                let mut g = 0usize;
-                // SAFETY: both pointers are valid for the call; `prop` has the header's
-                // layout (checked at compile time in `sys`).
-                let code = unsafe {
-                    f(
-                        &raw mut prop,
-                        sys::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
-                        &raw mut g,
-                    )
-                };
-                acl_check(code, "aclrtMemGetAllocationGranularity", 0)?;
-                g as u64
+                vm::mem_get_allocation_granularity(
+                    f,
+                    &mut prop,
+                    sys::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+                )? as u64
             }
         };
         let g = check_granularity(g, &GRANULARITY_SOURCE)?;
@@ -233,12 +224,8 @@ impl DeviceVm {
         let f = self.require(api, "vm_reserve")?;
         self.aligned(api, device, "vm_reserve", "size", bytes)?;
         let size = size_t("vm_reserve", bytes)?;
-        let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `p` is a valid out-pointer; alignment 0, expectPtr NULL and flags 0 are
-        // the documented values.
-        let code = unsafe { (f.reserve)(&raw mut p, size, 0, std::ptr::null_mut(), 0) };
-        acl_check(code, "aclrtReserveMemAddress", bytes)?;
-        let base = p as usize as u64;
+        let base = vm::reserve_mem_address(f.reserve, size)
+            .map_err(|e| e.into_backend("aclrtReserveMemAddress", bytes))?;
         self.ledger.record_reserve(DevicePtr(base), bytes);
         Ok(DevicePtr(base))
     }
@@ -247,9 +234,8 @@ impl DeviceVm {
     pub(crate) fn release(&mut self, api: &Api, base: DevicePtr) -> Result<(), BackendError> {
         let f = self.require(api, "vm_release")?;
         self.ledger.check_release(base)?;
-        // SAFETY: `base` is a live reservation of this runtime with nothing mapped in it.
-        let code = unsafe { (f.release)(ptr(base.addr())) };
-        acl_check(code, "aclrtReleaseMemAddress", 0)?;
+        // `base` is a live reservation of this runtime with nothing mapped in it.
+        vm::release_mem_address(f.release, base.addr())?;
         self.ledger.record_release(base);
         Ok(())
     }
@@ -265,12 +251,7 @@ impl DeviceVm {
         self.aligned(api, device, "vm_create_physical", "size", bytes)?;
         let size = size_t("vm_create_physical", bytes)?;
         let prop = huge_pages_of("vm_create_physical", device)?;
-        let mut h: sys::aclrtDrvMemHandle = std::ptr::null_mut();
-        // SAFETY: `h` is a valid out-pointer, `prop` lives for the call and has the
-        // header's layout; flags 0 is the documented value.
-        let code = unsafe { (f.malloc_physical)(&raw mut h, size, &raw const prop, 0) };
-        acl_check(code, "aclrtMallocPhysical", bytes)?;
-        let id = h as usize as u64;
+        let id = vm::malloc_physical(f.malloc_physical, size, &prop, bytes)?;
         self.ledger.record_create(PhysicalHandle(id), bytes);
         Ok(PhysicalHandle(id))
     }
@@ -283,9 +264,8 @@ impl DeviceVm {
     ) -> Result<(), BackendError> {
         let f = self.require(api, "vm_release_physical")?;
         self.ledger.check_release_physical(handle)?;
-        // SAFETY: a live, unmapped handle of this runtime, freed once (removed below).
-        let code = unsafe { (f.free_physical)(ptr(handle.0)) };
-        acl_check(code, "aclrtFreePhysical", 0)?;
+        // A live, unmapped handle of this runtime, freed once (removed below).
+        vm::free_physical(f.free_physical, handle.0)?;
         self.ledger.record_release_physical(handle);
         Ok(())
     }
@@ -303,11 +283,9 @@ impl DeviceVm {
         self.aligned(api, device, "vm_map", "address", at.addr())?;
         let bytes = self.ledger.check_map(at, handle)?;
         let size = size_t("vm_map", bytes)?;
-        // SAFETY: `at` lies in a live reservation with no mapping over the range, the handle
-        // is live and unmapped, and the size is the handle's (offset 0, flags 0: the
-        // documented values).
-        let code = unsafe { (f.map)(ptr(at.addr()), size, 0, ptr(handle.0), 0) };
-        acl_check(code, "aclrtMapMem", 0)?;
+        // `at` lies in a live reservation with no mapping over the range, the handle is
+        // live and unmapped, and the size is the handle's.
+        vm::map_mem(f.map, at.addr(), size, handle.0)?;
         self.ledger.record_map(at, handle, bytes);
         Ok(())
     }
@@ -321,10 +299,9 @@ impl DeviceVm {
     ) -> Result<(), BackendError> {
         let f = self.require(api, "vm_unmap")?;
         self.ledger.check_unmap(at, bytes)?;
-        // SAFETY: `at` is a live mapping of this runtime; the caller guarantees no enqueued
-        // work still uses it (the `Backend::vm_unmap` contract).
-        let code = unsafe { (f.unmap)(ptr(at.addr())) };
-        acl_check(code, "aclrtUnmapMem", 0)?;
+        // `at` is a live mapping of this runtime; the caller guarantees no enqueued work
+        // still uses it (the `Backend::vm_unmap` contract).
+        vm::unmap_mem(f.unmap, at.addr())?;
         self.ledger.record_unmap(at);
         Ok(())
     }

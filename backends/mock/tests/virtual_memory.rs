@@ -5,6 +5,7 @@
 mod common;
 
 use memreuse_core::race::RaceChecker;
+use memreuse_core::testing::check_stale_page_unmap;
 use memreuse_core::testing::contract::{ContractOptions, check_backend};
 use memreuse_core::{Backend, RaceKind};
 use memreuse_mock::{MockConfig, MockDevice};
@@ -59,32 +60,8 @@ fn the_mock_keeps_the_virtual_memory_contract() {
 
 #[test]
 fn unmapping_a_page_with_unfinished_work_is_a_reuse_race() {
-    for synchronize_first in [false, true] {
-        let dev = device(4 * G);
-        let base = dev.vm_reserve(4 * G).unwrap();
-        let h = dev.vm_create_physical(G).unwrap();
-        dev.vm_map(base, h).unwrap();
-        let s = dev.create_stream().unwrap();
-        dev.delay(1_000, &s).unwrap();
-        dev.memset_zero(base, 64, &s).unwrap();
-        if synchronize_first {
-            dev.synchronize_stream(&s).unwrap();
-        }
-        // The stale page goes back and is mapped again for a new use.
-        dev.vm_unmap(base, G).unwrap();
-        dev.vm_map(base.offset(G), h).unwrap();
-        dev.memset_zero(base.offset(G), 64, &dev.default_stream())
-            .unwrap();
-        dev.synchronize_device().unwrap();
-        let races = dev.race_reports().unwrap();
-        if synchronize_first {
-            assert!(races.is_empty(), "{races:?}");
-        } else {
-            assert!(
-                races.iter().any(|r| r.kind == RaceKind::Reuse),
-                "expected a reuse race: {races:?}"
-            );
-        }
+    if let Err(e) = check_stale_page_unmap(|| device(4 * G)) {
+        panic!("{e}");
     }
 }
 

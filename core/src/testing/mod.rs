@@ -20,7 +20,9 @@ mod contract_vm;
 mod manual;
 mod require_device;
 mod rng;
+mod stale_page;
 
 pub use manual::{MANUAL_VM_GRANULARITY, ManualBackend, ManualCounters, ManualEvent, ManualStream};
 pub use require_device::{REQUIRE_DEVICE_VAR, device_required, skip_without_device};
 pub use rng::SplitMix64;
+pub use stale_page::check_stale_page_unmap;

@@ -1,13 +1,22 @@
-//! Layer 2: every ACL and HCCL status checked and turned into a typed error.
+//! Layer 2: every raw call of the ACL runtime, HCCL and the stand-in's hooks, and every
+//! status checked and turned into a typed error.
 //!
-//! As cudarc does, statuses are newtypes ([`AclError`], [`HcclError`]) with a
-//! `.result()`-style check ([`acl_check`], [`hccl_check`]); the backend layer turns them
-//! into [`BackendError`]s naming the call, the code and its symbolic name.
+//! As cudarc's `result` module does, each vendor entry point has one thin function
+//! (modules `acl`, `vm`, `hccl`, `standin`) that takes plain Rust types, calls the `sys`
+//! function pointer and maps the status to a `Result`; the `unsafe` and its `SAFETY`
+//! comment live there, once. Statuses are newtypes ([`AclError`], [`HcclError`]) with a
+//! `.result()`-style check ([`acl_check`], [`hccl_check`]) that turns them into
+//! [`BackendError`]s naming the call, the code and its symbolic name.
 //! `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001), `ACL_ERROR_RT_DEVICE_OOM` (207018) and
 //! `HCCL_E_OOM` (24) become [`BackendError::OutOfMemory`], so the caching allocator's retry
 //! chain (free cached blocks, retry, then `OutOfMemory`) applies; the synchronize and wait
 //! timeouts (507046, 507047, 107019, 107020) and `HCCL_E_TIMEOUT` become
 //! [`BackendError::Timeout`].
+
+pub(crate) mod acl;
+pub(crate) mod hccl;
+pub(crate) mod standin;
+pub(crate) mod vm;
 
 use memreuse_core::BackendError;
 
@@ -129,11 +138,11 @@ impl AclError {
             };
         }
         if ACL_OOM.contains(&self.0) {
-            return BackendError::OutOfMemory {
-                backend: BACKEND.to_owned(),
+            return BackendError::out_of_memory(
+                BACKEND,
                 requested,
-                detail: format!("{call} returned {} ({})", self.name(), self.0),
-            };
+                format!("{call} returned {} ({})", self.name(), self.0),
+            );
         }
         BackendError::Device {
             backend: BACKEND.to_owned(),
@@ -166,11 +175,11 @@ impl HcclError {
     /// `HCCL_E_OOM` is `OutOfMemory`; everything else a `Device` error with code and name.
     pub fn into_backend(self, call: &'static str) -> BackendError {
         if self.0 == sys::HCCL_E_OOM {
-            return BackendError::OutOfMemory {
-                backend: BACKEND.to_owned(),
-                requested: 0,
-                detail: format!("{call} returned HCCL_E_OOM (24)"),
-            };
+            return BackendError::out_of_memory(
+                BACKEND,
+                0,
+                format!("{call} returned HCCL_E_OOM (24)"),
+            );
         }
         if self.0 == sys::HCCL_E_TIMEOUT {
             return BackendError::Timeout {
@@ -216,15 +225,6 @@ pub fn unavailable(e: &crate::loader::LoadError) -> BackendError {
     BackendError::Unavailable {
         backend: BACKEND.to_owned(),
         reason: e.to_string(),
-    }
-}
-
-/// An `InvalidArgument` refused on the Rust side before any FFI call.
-pub fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::InvalidArgument {
-        backend: BACKEND.to_owned(),
-        call,
-        reason: reason.into(),
     }
 }
 
