@@ -22,9 +22,7 @@ impl PolicyChoice {
     pub(super) fn instantiate<B: Backend>(self) -> Box<dyn ReusePolicy<B>> {
         match self {
             PolicyChoice::Mode(ReuseMode::RecordStream) => Box::new(RecordStream),
-            PolicyChoice::Mode(ReuseMode::EraseRecordStream) => {
-                Box::new(Erase { by_block: false })
-            }
+            PolicyChoice::Mode(ReuseMode::EraseRecordStream) => Box::new(Erase { by_block: false }),
             PolicyChoice::Mode(ReuseMode::AvoidRecordStream) => Box::new(Stash),
             PolicyChoice::Mode(ReuseMode::EraseRecordStreamWithOptimize) => {
                 Box::new(Erase { by_block: true })

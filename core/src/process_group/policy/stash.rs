@@ -46,8 +46,7 @@ impl<B: Backend> ReusePolicy<B> for Stash {
                     .p2p_record_stream_fallbacks
                     .fetch_add(1, Ordering::Relaxed);
                 for t in tensors.distinct() {
-                    cx.allocator
-                        .record_stream_for_work(t, cx.comm_stream, work);
+                    cx.allocator.record_stream_for_work(t, cx.comm_stream, work);
                 }
             }
         }
