@@ -291,6 +291,36 @@ fn mode_3_returns_a_dropped_tensor_at_wait_and_ignores_stale_block_ids() {
     }
 }
 
+/// Modes 1 and 3 are one policy with a parameter: each group still reports its own mode's
+/// name, and only mode 3 returns a tensor dropped before `wait()` at the wait itself.
+#[test]
+fn modes_1_and_3_keep_their_names_and_differ_only_for_a_tensor_dropped_before_wait() {
+    for (mode, name, returned_at_wait) in [
+        (ReuseMode::EraseRecordStream, "1", false),
+        (ReuseMode::EraseRecordStreamWithOptimize, "3", true),
+    ] {
+        let out = run(&Setup::new(2, mode), |r| {
+            let c = &r.compute;
+            let t = r.tensor(ELEMS, 1.0, c);
+            let w = r.pg.all_reduce(&t, ReduceOp::Sum, c, true).unwrap();
+            drop(t);
+            let pending_before_wait = r.allocator.stats().pending_free_bytes;
+            w.wait(c).unwrap();
+            let pending_after_wait = r.allocator.stats().pending_free_bytes;
+            (r.pg.policy_name(), pending_before_wait, pending_after_wait)
+        });
+        for (rank, (policy, before, after)) in out.values.into_iter().enumerate() {
+            assert_eq!(policy, name, "mode {mode} rank {rank}: policy name");
+            assert!(before > 0, "mode {mode} rank {rank}: pending before wait");
+            assert_eq!(
+                after == 0,
+                returned_at_wait,
+                "mode {mode} rank {rank}: {after} bytes still pending after wait"
+            );
+        }
+    }
+}
+
 #[test]
 fn side_stream_tensor_freed_before_wait_is_race_free_in_every_mode() {
     for mode in ReuseMode::ALL {

@@ -1,4 +1,5 @@
-//! Building a process group: the policy choice and the settings sub-groups inherit.
+//! Building a process group: [`ProcessGroup::builder`] and the options it takes. The top
+//! layer of the process group, above the group itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,57 +7,38 @@ use std::time::Duration;
 use super::error::PgError;
 use super::group::ProcessGroup;
 use super::mode::{ReuseMode, reuse_mode_from_env};
-use super::policy::ReusePolicy;
+use super::settings::{PgSettings, PolicyChoice};
 use crate::allocator::CachingAllocator;
 use crate::backend::Backend;
 use crate::comm::Communicator;
 
-/// Which policy a group runs: one of the public modes, or (with the `negative-control`
-/// feature, for the conformance runner only) no protection at all.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum PolicyChoice {
-    /// A public reuse mode.
-    Mode(ReuseMode),
-    /// Neither `record_stream` nor shelf: the negative control.
-    #[cfg(feature = "negative-control")]
-    NegativeControl,
-}
-
-impl PolicyChoice {
-    pub(super) fn instantiate<B: Backend>(self) -> Box<dyn ReusePolicy<B>> {
-        use super::policy::{EraseAtWait, EraseAtWaitByBlock, RecordStream, Stash};
-        match self {
-            PolicyChoice::Mode(ReuseMode::RecordStream) => Box::new(RecordStream),
-            PolicyChoice::Mode(ReuseMode::EraseRecordStream) => Box::new(EraseAtWait),
-            PolicyChoice::Mode(ReuseMode::AvoidRecordStream) => Box::new(Stash),
-            PolicyChoice::Mode(ReuseMode::EraseRecordStreamWithOptimize) => {
-                Box::new(EraseAtWaitByBlock)
-            }
-            #[cfg(feature = "negative-control")]
-            PolicyChoice::NegativeControl => Box::new(super::policy::Unguarded),
-        }
-    }
-}
-
-/// Settings shared by a group and the sub-groups created from it.
-#[derive(Clone, Debug)]
-pub(crate) struct PgSettings {
-    pub(crate) policy: PolicyChoice,
-    pub(crate) timeout: Duration,
-    pub(crate) watchdog_interval: Option<Duration>,
-    pub(crate) blocking_wait: bool,
-    pub(crate) unwaited_warning_after: Duration,
-}
-
 /// Builds a [`ProcessGroup`].
 pub struct ProcessGroupBuilder<B: Backend> {
-    pub(super) allocator: Arc<CachingAllocator<B>>,
-    pub(super) comm: Box<dyn Communicator<B>>,
-    pub(super) mode: Option<PolicyChoice>,
-    pub(super) timeout: Duration,
-    pub(super) watchdog_interval: Option<Duration>,
-    pub(super) blocking_wait: bool,
-    pub(super) unwaited_warning_after: Duration,
+    allocator: Arc<CachingAllocator<B>>,
+    comm: Box<dyn Communicator<B>>,
+    mode: Option<PolicyChoice>,
+    timeout: Duration,
+    watchdog_interval: Option<Duration>,
+    blocking_wait: bool,
+    unwaited_warning_after: Duration,
+}
+
+impl<B: Backend> ProcessGroup<B> {
+    /// Starts building a group over `comm`, allocating through `allocator`.
+    pub fn builder(
+        allocator: Arc<CachingAllocator<B>>,
+        comm: Box<dyn Communicator<B>>,
+    ) -> ProcessGroupBuilder<B> {
+        ProcessGroupBuilder {
+            allocator,
+            comm,
+            mode: None,
+            timeout: Duration::from_secs(600),
+            watchdog_interval: Some(Duration::from_millis(2)),
+            blocking_wait: false,
+            unwaited_warning_after: Duration::from_secs(10),
+        }
+    }
 }
 
 impl<B: Backend> ProcessGroupBuilder<B> {

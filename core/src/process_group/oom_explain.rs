@@ -11,10 +11,10 @@ impl<B: Backend> PgShared<B> {
     pub(super) fn explain_oom(&self, culprits: &mut OomCulprits) {
         for w in self.inflight.lock().iter() {
             culprits.name_work(w.id, w.op);
-            if w.shelf.is_waited() {
+            if w.held.shelf.is_waited() {
                 continue;
             }
-            let (bytes, storages) = w.shelf.with_items(|items| {
+            let (bytes, storages) = w.held.shelf.with_items(|items| {
                 (
                     items.iter().map(Storage::size).sum::<u64>(),
                     items.len() as u64,

@@ -9,14 +9,19 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::builder::PgSettings;
 use super::counters::PgCounters;
 use super::error::PgError;
-use super::policy::{Handoff, PolicyContext, ReusePolicy};
-use super::work::{WORK_SPAN_CAPACITY, WorkSpan, WorkState};
-use crate::allocator::{CachingAllocator, trace_clock_us};
+use super::handoff::HandoffList;
+use super::policy::{PolicyContext, ReusePolicy};
+use super::settings::PgSettings;
+use super::span::{WORK_SPAN_CAPACITY, WorkSpan};
+use super::work_state::WorkState;
+use crate::allocator::{CachingAllocator, Storage, trace_clock_us};
 use crate::backend::Backend;
 use crate::comm::{CommError, Communicator};
+
+/// The watchdog's hand-off list of a group: completed works and the storages they held.
+pub(crate) type Handoff<B> = HandoffList<Arc<WorkState<B>>, Storage<B>>;
 
 /// Shared state of a group: used by `ProcessGroup`, every `Work`, the watchdog and the
 /// allocator's free-memory callback.
@@ -47,6 +52,31 @@ pub(crate) struct PgShared<B: Backend> {
 }
 
 impl<B: Backend> PgShared<B> {
+    /// The shared state of a new group: nothing in flight, the policy `settings` choose.
+    pub(super) fn new(
+        allocator: Arc<CachingAllocator<B>>,
+        comm: Box<dyn Communicator<B>>,
+        comm_stream: B::Stream,
+        settings: PgSettings,
+    ) -> Self {
+        PgShared {
+            policy: settings.policy.instantiate::<B>(),
+            allocator,
+            comm,
+            comm_stream,
+            settings,
+            inflight: Mutex::new(Vec::new()),
+            to_unstash: Handoff::default(),
+            counters: PgCounters::default(),
+            aborted: AtomicBool::new(false),
+            first_failure: Mutex::new(None),
+            watchdog_signal: Arc::new((Mutex::new(false), parking_lot::Condvar::new())),
+            spans: Mutex::new(VecDeque::new()),
+            unwaited: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// What the policy may touch.
     pub(super) fn policy_context(&self) -> PolicyContext<'_, B> {
         PolicyContext {
             allocator: &self.allocator,
@@ -169,8 +199,10 @@ impl<B: Backend> PgShared<B> {
                 pause = (pause * 2).min(Duration::from_millis(5));
             }
         }
-        if state.shelf.mark_waited() {
-            let released = self.policy.on_wait(&self.policy_context(), state, current);
+        if state.held.shelf.mark_waited() {
+            let released =
+                self.policy
+                    .on_wait(&self.policy_context(), state.id, &state.held, current);
             drop(released);
         }
         // Whatever the watchdog handed over is released now: wait() never leaves a
@@ -195,7 +227,8 @@ impl<B: Backend> PgShared<B> {
         for w in works {
             let done = self.observe(&w);
             if done || w.error().is_some() {
-                if self.policy.on_completion(&w, &self.to_unstash) {
+                let hand_over = |shelf: &_| self.to_unstash.hand_over(Arc::clone(&w), shelf);
+                if self.policy.on_completion(&w.held, &hand_over) {
                     handed += 1;
                 }
                 self.note_unwaited(&w);
@@ -297,9 +330,9 @@ impl<B: Backend> PgShared<B> {
             .backend()
             .synchronize_stream(&self.comm_stream);
         for w in &works {
-            let held = w.shelf.unstash();
+            let held = w.held.shelf.unstash();
             drop(held);
-            w.tracked.lock().clear();
+            w.held.tracked.lock().clear();
         }
         self.drain_handoff();
     }

@@ -8,34 +8,14 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::shared::PgShared;
-use super::work::WorkState;
-use crate::allocator::Storage;
+use super::work_state::WorkState;
 use crate::backend::Backend;
 
 impl<B: Backend> PgShared<B> {
-    /// Bytes the work still holds without having been waited: its shelf, and the live
-    /// tensors carrying its stream uses.
-    fn unwaited_bytes(w: &WorkState<B>) -> u64 {
-        if w.shelf.is_waited() {
-            return 0;
-        }
-        let shelf: u64 = w
-            .shelf
-            .with_items(|items| items.iter().map(Storage::size).sum());
-        let tracked: u64 = w
-            .tracked
-            .lock()
-            .iter()
-            .filter_map(|t| t.weak.upgrade())
-            .map(|s| s.size())
-            .sum();
-        shelf + tracked
-    }
-
     /// A work just seen complete: remembered if it was never waited and still holds memory.
     pub(super) fn note_unwaited(&self, w: &Arc<WorkState<B>>) {
         let _ = w.seen_done_at.set(Instant::now());
-        if !w.warned_unwaited.load(Ordering::Relaxed) && Self::unwaited_bytes(w) > 0 {
+        if !w.warned_unwaited.load(Ordering::Relaxed) && w.held.unwaited_bytes() > 0 {
             self.unwaited.lock().push(Arc::clone(w));
         }
     }
@@ -50,7 +30,7 @@ impl<B: Backend> PgShared<B> {
         let after = self.settings.unwaited_warning_after;
         let mut done = Vec::new();
         for w in works {
-            let bytes = Self::unwaited_bytes(&w);
+            let bytes = w.held.unwaited_bytes();
             if bytes == 0 {
                 done.push(w.id);
                 continue;

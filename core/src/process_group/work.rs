@@ -1,89 +1,14 @@
-//! Work: one issued collective (or batch), its end event and what its policy holds.
+//! Work: the user's handle to one issued collective (or batch). Above the shared state,
+//! whose release paths `wait()` and polling run.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
-
-use parking_lot::Mutex;
 
 use super::error::PgError;
+use super::kind::CommKind;
 use super::shared::PgShared;
-use super::shelf::TensorShelf;
-use crate::allocator::{BlockRef, WeakStorage};
+use super::work_state::WorkState;
 use crate::backend::Backend;
 use crate::ids::WorkId;
-
-/// What kind of communication a work performs; policies treat point-to-point differently
-/// (nothing obliges a user to wait on an `isend`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum CommKind {
-    /// A collective (all_reduce, all_gather, ...).
-    Collective,
-    /// Point-to-point (send, recv, a batch of them).
-    PointToPoint,
-}
-
-/// How many finished work spans a group keeps for
-/// [`super::ProcessGroup::work_spans`].
-pub const WORK_SPAN_CAPACITY: usize = 4096;
-
-/// A finished work as a time span on the allocator's trace clock
-/// ([`crate::allocator::trace_clock_us`]), for timelines.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct WorkSpan {
-    /// The work.
-    pub id: WorkId,
-    /// The operation's name.
-    pub op: &'static str,
-    /// Collective or point-to-point.
-    pub kind: CommKind,
-    /// When the host issued it (µs on the trace clock).
-    pub start_us: u64,
-    /// When a host thread first observed it complete (µs on the trace clock): an upper
-    /// bound of the device end, as precise as the polling that observed it.
-    pub end_us: u64,
-    /// Whether it ended with an error.
-    pub failed: bool,
-}
-
-/// A tensor a mode-1/3 work tracks without keeping it alive.
-pub(crate) struct Tracked<B: Backend> {
-    pub(crate) weak: WeakStorage<B>,
-    pub(crate) block: BlockRef,
-}
-
-/// The state of one work, shared by the user's [`Work`] handle, the process group's
-/// in-flight list and the watchdog.
-pub(crate) struct WorkState<B: Backend> {
-    pub(crate) id: WorkId,
-    pub(crate) op: &'static str,
-    pub(crate) kind: CommKind,
-    pub(crate) end_event: B::Event,
-    pub(crate) issued_at: Instant,
-    /// `issued_at` on the allocator's trace clock ([`crate::allocator::trace_clock_us`]).
-    pub(crate) issued_us: u64,
-    /// Mode 2: strong handles until wait / completion.
-    pub(crate) shelf: TensorShelf<B>,
-    /// Modes 1 and 3: weak handles to erase at wait.
-    pub(crate) tracked: Mutex<Vec<Tracked<B>>>,
-    /// Set once the end event was observed complete (by anyone).
-    pub(crate) completed: AtomicBool,
-    pub(crate) error: Mutex<Option<PgError>>,
-    /// When a host thread first saw it complete.
-    pub(crate) seen_done_at: std::sync::OnceLock<Instant>,
-    /// Set once the never-waited warning was given.
-    pub(crate) warned_unwaited: AtomicBool,
-}
-
-impl<B: Backend> WorkState<B> {
-    pub(crate) fn error(&self) -> Option<PgError> {
-        self.error.lock().clone()
-    }
-
-    pub(crate) fn is_marked_completed(&self) -> bool {
-        self.completed.load(Ordering::Acquire)
-    }
-}
 
 /// Handle to an issued communication: wait for it, poll it, or drop it.
 ///

@@ -1,36 +1,39 @@
 //! Reuse policies: one small type per mode behind one trait, so the process group never
 //! branches on the mode (docs/design.md §4).
 //!
+//! The lowest layer of the process group: a policy sees a work only as its id and what it
+//! holds for it ([`Held`]), so it names neither the work's state, the shared state nor the
+//! group.
+//!
 //! Hooks, in the order the process group calls them:
 //! 1. [`ReusePolicy::on_collective_start`] — after the comm stream waited on the current
 //!    stream, before the operation is enqueued; sees every tensor the work touches.
-//! 2. [`ReusePolicy::after_launch`] — once per output, after the operation is enqueued.
-//! 3. [`ReusePolicy::on_wait`] — after the current stream waited on the work's end event.
-//! 4. [`ReusePolicy::on_completion`] — when the work is observed complete without a wait
+//! 2. [`ReusePolicy::on_wait`] — after the current stream waited on the work's end event.
+//! 3. [`ReusePolicy::on_completion`] — when the work is observed complete without a wait
 //!    (watchdog, main-thread poll, OOM callback); hands what it holds to the hand-off list.
 
 mod erase;
+mod held;
 mod record;
 mod stash;
 #[cfg(feature = "negative-control")]
 mod unguarded;
 
-use std::sync::Arc;
-
-pub(crate) use erase::{EraseAtWait, EraseAtWaitByBlock};
+pub(crate) use erase::Erase;
+pub(crate) use held::{Held, Tracked};
 pub(crate) use record::RecordStream;
 pub(crate) use stash::Stash;
 #[cfg(feature = "negative-control")]
 pub(crate) use unguarded::Unguarded;
 
+use std::sync::Arc;
+
 use super::counters::PgCounters;
-use super::handoff::HandoffList;
-use super::work::{CommKind, WorkState};
+use super::kind::CommKind;
+use super::shelf::TensorShelf;
 use crate::allocator::{CachingAllocator, Storage};
 use crate::backend::Backend;
-
-/// The watchdog's hand-off list of a group: completed works and the storages they held.
-pub(crate) type Handoff<B> = HandoffList<Arc<WorkState<B>>, Storage<B>>;
+use crate::ids::WorkId;
 
 /// What a policy may touch: the allocator, the group's comm stream, its counters.
 pub(crate) struct PolicyContext<'a, B: Backend> {
@@ -59,39 +62,40 @@ impl<B: Backend> WorkTensors<'_, B> {
     }
 }
 
+/// The watchdog side of the hand-off (`HandoffList::hand_over` for this work): moves what
+/// a shelf holds to the hand-off list unless `wait()` released it; true if anything moved.
+pub(crate) type HandOver<'a, B> = &'a dyn Fn(&TensorShelf<B>) -> bool;
+
 /// A multi-stream memory reuse policy.
 pub(crate) trait ReusePolicy<B: Backend>: Send + Sync + 'static {
     /// The mode's name in reports (`0`..`3`, `unsafe`).
     fn name(&self) -> &'static str;
 
-    /// Protects the tensors of a work about to be enqueued on the comm stream.
+    /// Protects the tensors of work `work` about to be enqueued on the comm stream.
     fn on_collective_start(
         &self,
         cx: &PolicyContext<'_, B>,
-        work: &WorkState<B>,
+        work: WorkId,
+        held: &Held<B>,
         tensors: &WorkTensors<'_, B>,
         kind: CommKind,
     );
-
-    /// Called once per output after the operation is enqueued.
-    fn after_launch(&self, cx: &PolicyContext<'_, B>, work: &WorkState<B>, output: &Storage<B>) {
-        let _ = (cx, work, output);
-    }
 
     /// Release step of `wait()`; `current` already waits on the work's end event.
     /// Returns storages to drop (the caller drops them outside every lock).
     fn on_wait(
         &self,
         cx: &PolicyContext<'_, B>,
-        work: &WorkState<B>,
+        work: WorkId,
+        held: &Held<B>,
         current: &B::Stream,
     ) -> Vec<Storage<B>>;
 
     /// The work was observed complete on the device before any `wait()`: hand what the
-    /// policy still holds to `handoff` (the watchdog never drops storages itself). Returns
-    /// whether anything was handed over.
-    fn on_completion(&self, work: &Arc<WorkState<B>>, handoff: &Handoff<B>) -> bool {
-        let _ = (work, handoff);
+    /// policy still holds over through `hand_over` (the watchdog never drops storages
+    /// itself). Returns whether anything was handed over.
+    fn on_completion(&self, held: &Held<B>, hand_over: HandOver<'_, B>) -> bool {
+        let _ = (held, hand_over);
         false
     }
 }

@@ -1,13 +1,13 @@
 //! Mode 2 (AVOID_RECORD_STREAM): stash strong handles on the work's shelf instead of
 //! recording streams; release them after the current stream waited for the work.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Handoff, PolicyContext, ReusePolicy, WorkTensors};
+use super::{HandOver, Held, PolicyContext, ReusePolicy, WorkTensors};
 use crate::allocator::Storage;
 use crate::backend::Backend;
-use crate::process_group::work::{CommKind, WorkState};
+use crate::ids::WorkId;
+use crate::process_group::kind::CommKind;
 
 /// Mode 2. Collectives create no reuse event at all. Point-to-point falls back to
 /// `record_stream` (warning once), because nothing obliges a user to wait on an `isend`.
@@ -23,14 +23,15 @@ impl<B: Backend> ReusePolicy<B> for Stash {
     fn on_collective_start(
         &self,
         cx: &PolicyContext<'_, B>,
-        work: &WorkState<B>,
+        work: WorkId,
+        held: &Held<B>,
         tensors: &WorkTensors<'_, B>,
         kind: CommKind,
     ) {
         match kind {
             CommKind::Collective => {
                 for t in tensors.distinct() {
-                    work.shelf.stash(t.clone());
+                    held.shelf.stash(t.clone());
                     cx.counters.shelf_stashes.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -45,8 +46,7 @@ impl<B: Backend> ReusePolicy<B> for Stash {
                     .p2p_record_stream_fallbacks
                     .fetch_add(1, Ordering::Relaxed);
                 for t in tensors.distinct() {
-                    cx.allocator
-                        .record_stream_for_work(t, cx.comm_stream, work.id);
+                    cx.allocator.record_stream_for_work(t, cx.comm_stream, work);
                 }
             }
         }
@@ -55,10 +55,11 @@ impl<B: Backend> ReusePolicy<B> for Stash {
     fn on_wait(
         &self,
         cx: &PolicyContext<'_, B>,
-        work: &WorkState<B>,
+        work: WorkId,
+        held: &Held<B>,
         current: &B::Stream,
     ) -> Vec<Storage<B>> {
-        let released = work.shelf.unstash();
+        let released = held.shelf.unstash();
         let current_id = cx.allocator.backend().stream_id(current);
         for s in &released {
             // The hole PyTorch and torch_npu leave open: a tensor allocated on another
@@ -66,16 +67,16 @@ impl<B: Backend> ReusePolicy<B> for Stash {
             // collective. Recording the current stream (which already waits on the work)
             // makes its block wait for an event there before it can be reused.
             if s.stream_id() != current_id {
-                cx.allocator.record_stream_for_work(s, current, work.id);
+                cx.allocator.record_stream_for_work(s, current, work);
             }
         }
         released
     }
 
-    fn on_completion(&self, work: &Arc<WorkState<B>>, handoff: &Handoff<B>) -> bool {
+    fn on_completion(&self, held: &Held<B>, hand_over: HandOver<'_, B>) -> bool {
         // The device finished the work and the host observed it: nothing can race any
         // more, whatever stream the tensors were allocated on. The draining thread
         // re-observes completion itself before it drops them.
-        handoff.hand_over(Arc::clone(work), &work.shelf)
+        hand_over(&held.shelf)
     }
 }

@@ -2,10 +2,11 @@
 //! `negative-control` feature, for the conformance runner to prove its race detector
 //! catches what the real policies prevent. Never offered as a mode by the public API.
 
-use super::{PolicyContext, ReusePolicy, WorkTensors};
+use super::{Held, PolicyContext, ReusePolicy, WorkTensors};
 use crate::allocator::Storage;
 use crate::backend::Backend;
-use crate::process_group::work::{CommKind, WorkState};
+use crate::ids::WorkId;
+use crate::process_group::kind::CommKind;
 
 /// Protects nothing: a tensor freed before `wait()` goes straight back to its pool.
 pub(crate) struct Unguarded;
@@ -18,7 +19,8 @@ impl<B: Backend> ReusePolicy<B> for Unguarded {
     fn on_collective_start(
         &self,
         _cx: &PolicyContext<'_, B>,
-        _work: &WorkState<B>,
+        _work: WorkId,
+        _held: &Held<B>,
         _tensors: &WorkTensors<'_, B>,
         _kind: CommKind,
     ) {
@@ -27,7 +29,8 @@ impl<B: Backend> ReusePolicy<B> for Unguarded {
     fn on_wait(
         &self,
         _cx: &PolicyContext<'_, B>,
-        _work: &WorkState<B>,
+        _work: WorkId,
+        _held: &Held<B>,
         _current: &B::Stream,
     ) -> Vec<Storage<B>> {
         Vec::new()

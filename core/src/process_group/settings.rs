@@ -1,0 +1,44 @@
+//! What a group is configured with: the policy choice and the settings sub-groups inherit.
+
+use std::time::Duration;
+
+use super::mode::ReuseMode;
+use super::policy::{Erase, RecordStream, ReusePolicy, Stash};
+use crate::backend::Backend;
+
+/// Which policy a group runs: one of the public modes, or (with the `negative-control`
+/// feature, for the conformance runner only) no protection at all.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PolicyChoice {
+    /// A public reuse mode.
+    Mode(ReuseMode),
+    /// Neither `record_stream` nor shelf: the negative control.
+    #[cfg(feature = "negative-control")]
+    NegativeControl,
+}
+
+impl PolicyChoice {
+    /// The policy object of this choice.
+    pub(super) fn instantiate<B: Backend>(self) -> Box<dyn ReusePolicy<B>> {
+        match self {
+            PolicyChoice::Mode(ReuseMode::RecordStream) => Box::new(RecordStream),
+            PolicyChoice::Mode(ReuseMode::EraseRecordStream) => Box::new(Erase { by_block: false }),
+            PolicyChoice::Mode(ReuseMode::AvoidRecordStream) => Box::new(Stash),
+            PolicyChoice::Mode(ReuseMode::EraseRecordStreamWithOptimize) => {
+                Box::new(Erase { by_block: true })
+            }
+            #[cfg(feature = "negative-control")]
+            PolicyChoice::NegativeControl => Box::new(super::policy::Unguarded),
+        }
+    }
+}
+
+/// Settings shared by a group and the sub-groups created from it.
+#[derive(Clone, Debug)]
+pub(crate) struct PgSettings {
+    pub(crate) policy: PolicyChoice,
+    pub(crate) timeout: Duration,
+    pub(crate) watchdog_interval: Option<Duration>,
+    pub(crate) blocking_wait: bool,
+    pub(crate) unwaited_warning_after: Duration,
+}
