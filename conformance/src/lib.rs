@@ -28,6 +28,7 @@
 //! ```
 
 pub mod alloc_conf;
+pub mod availability;
 pub mod cli;
 pub mod generate;
 pub mod race_check;
@@ -36,6 +37,8 @@ pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod schedule;
+pub mod skip;
+mod stdout;
 pub mod suite;
 pub mod validate;
 pub mod whatif;
