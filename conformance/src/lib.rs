@@ -46,8 +46,8 @@ pub mod whatif;
 // Link the facade so the backends it enables register themselves (inventory).
 use memreuse as _;
 
-pub use reference::{CheckResult, Reference, reference};
+pub use reference::{CheckResult, Reference};
 pub use schedule::{Op, OpKind, Phase, Schedule, Step};
 pub use validate::{
-    LoadError, ValidSchedule, ValidationError, ValidationErrorKind, load, validate,
+    LoadError, ValidSchedule, ValidationError, ValidationErrorKind, load, reference, validate,
 };

@@ -8,8 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use super::{CheckResult, collective};
 use crate::schedule::{OpKind, Phase, Schedule, Step};
+use crate::validate::kind::ValidationErrorKind as K;
 use crate::validate::plan::{CommPlan, Event, EventKind};
-use crate::validate::{Sink, ValidationErrorKind as K};
+use crate::validate::sink::Sink;
 
 /// Per-rank tensors: name -> contents.
 pub(super) type Memory = Vec<HashMap<String, Vec<f32>>>;
