@@ -4,6 +4,7 @@
 
 mod capture;
 mod rank;
+mod rank_outcome;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -18,7 +19,7 @@ use crate::skip::SkipReason;
 pub use capture::{
     Artifact, ArtifactLink, CAPTURE_TRACE_CAPACITY, RunArtifacts, artifact_stem, relative_href,
 };
-pub use rank::RankOutcome;
+pub use rank_outcome::RankOutcome;
 
 /// Which policy a run uses: a public mode or the negative control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
