@@ -9,8 +9,10 @@
 //! 2. `dataflow`: each rank's program in order: tensor liveness, element initialisation,
 //!    works, and the static race rules.
 //! 3. `plan`: collective and point-to-point matching per (phase, iteration).
-//! 4. Only when 1-3 found nothing: the reference interpreter, which doubles as the
-//!    strictest-execution deadlock check and tracks the exactness bound.
+//! 4. Only when 1-3 found nothing: the reference interpreter, along the plan stage 3
+//!    built (built once; the interpreter depends on this module's plan, never the other
+//!    way), which doubles as the strictest-execution deadlock check and tracks the
+//!    exactness bound.
 
 mod dataflow;
 pub(crate) mod kind;
