@@ -10,8 +10,8 @@
 //!    works, and the static race rules.
 //! 3. `plan`: collective and point-to-point matching per (phase, iteration).
 //! 4. Only when 1-3 found nothing: the reference interpreter, along the plan stage 3
-//!    built (built once; the interpreter depends on this module's plan, never the other
-//!    way), which doubles as the strictest-execution deadlock check and tracks the
+//!    built (built once; the interpreter depends on `plan`, `sink` and `kind`, and none
+//!    of them on it), which doubles as the strictest-execution deadlock check and tracks the
 //!    exactness bound.
 
 mod dataflow;
