@@ -13,6 +13,8 @@ use std::sync::Arc;
 use memreuse_core::AnyBackend;
 use memreuse_core::allocator::{ALLOC_CONF_ENV, AllocatorConfig, CachingAllocator, ConfigError};
 
+use crate::skip::SkipReason;
+
 /// Bytes of the readable part of a [`file_tag`] at most; the hash after it keeps tags of
 /// different strings apart.
 const TAG_PREFIX_BYTES: usize = 16;
@@ -199,8 +201,9 @@ pub fn tag_hash(text: &str) -> String {
 /// Why a run's allocators could not be opened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OpenRefusal {
-    /// The backend cannot provide the configuration: the run is skipped with this reason.
-    Skip(String),
+    /// The backend cannot provide the configuration: the run is skipped
+    /// ([`SkipReason::UnsupportedConfig`]).
+    Skip(SkipReason),
     /// Anything else: the run errors with this message.
     Error(String),
 }
@@ -215,18 +218,16 @@ pub fn classify(conf: Option<&AllocConf>, error: &ConfigError) -> OpenRefusal {
             key,
             backend,
             needs,
-        } => OpenRefusal::Skip(format!(
-            "allocator configuration `{text}` is not supported: `{key}` needs a backend with {needs}; backend `{backend}` does not have it"
-        )),
+        } => OpenRefusal::Skip(SkipReason::UnsupportedConfig {
+            conf: text.to_owned(),
+            key: (*key).to_owned(),
+            needs: (*needs).to_owned(),
+            backend: backend.clone(),
+        }),
         other => OpenRefusal::Error(format!(
             "could not open the allocator with `{text}`: {other}"
         )),
     }
-}
-
-/// True when `reason` (a run's `skip_reason`) is the one [`classify`] gives.
-pub fn is_unsupported_config(reason: &str) -> bool {
-    reason.starts_with("allocator configuration `") && reason.contains("` is not supported: ")
 }
 
 /// Opens one allocator per backend with `config` (the run's configuration, tracing
@@ -367,7 +368,11 @@ mod tests {
         let OpenRefusal::Skip(reason) = classify(conf, &unsupported) else {
             panic!("unsupported must skip");
         };
-        assert!(is_unsupported_config(&reason), "{reason}");
+        assert!(
+            matches!(reason, SkipReason::UnsupportedConfig { .. }),
+            "{reason}"
+        );
+        let reason = reason.to_string();
         assert!(
             reason.contains("`expandable_segments:True`")
                 && reason.contains("backend `vulkan`")
@@ -376,9 +381,6 @@ mod tests {
         );
         let other = ConfigError::NotUnicode;
         assert!(matches!(classify(conf, &other), OpenRefusal::Error(_)));
-        assert!(!is_unsupported_config(
-            "needs 2 devices, backend `mock` has 1"
-        ));
     }
 
     #[test]
@@ -395,7 +397,10 @@ mod tests {
         let Some(OpenRefusal::Skip(reason)) = refusal else {
             panic!("{refusal:?}");
         };
-        assert!(is_unsupported_config(&reason), "{reason}");
+        assert!(
+            matches!(reason, SkipReason::UnsupportedConfig { .. }),
+            "{reason}"
+        );
         let other = resolve(&["max_split_size_mb:20".to_owned()], None).unwrap();
         let other = other[0].as_ref();
         let opened = open_allocators(&backends, other, &other.unwrap().config).ok();

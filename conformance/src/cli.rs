@@ -1,5 +1,6 @@
 //! The command line of `memreuse-conformance` (docs/report-format.md). `validate`, `generate` and
-//! `list` are implemented here; `run` (also what no subcommand means) is in `runner`.
+//! `list` are implemented here; `run` (also what no subcommand means) is in `runner`, which
+//! takes the [`RunOptions`] this file builds from [`RunArgs`].
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -8,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::generate::{GenOptions, PRESETS, generate};
+use crate::runner::RunOptions;
+use crate::stdout::Stdout;
 use crate::validate::{LoadError, load};
 
 /// `memreuse-conformance`: replay collective schedules on every backend and reuse mode.
@@ -108,6 +111,29 @@ pub struct RunArgs {
     pub alloc_confs: Vec<String>,
 }
 
+impl From<RunArgs> for RunOptions {
+    /// The runner's options are the flags as given; the runner resolves and checks them.
+    fn from(args: RunArgs) -> Self {
+        RunOptions {
+            backends: args.backends,
+            modes: args.modes,
+            schedules: args.schedules,
+            suite: args.suite,
+            seed: args.seed,
+            deterministic: args.deterministic,
+            device_memory: args.device_memory,
+            json: args.json,
+            report: args.report,
+            snapshot_dir: args.snapshot_dir,
+            trace_dir: args.trace_dir,
+            quiet: args.quiet,
+            race_check: args.race_check,
+            require_backends: args.require_backends,
+            alloc_confs: args.alloc_confs,
+        }
+    }
+}
+
 /// Arguments of `generate`.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -154,8 +180,8 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
         }
     };
     match cli.command {
-        None => crate::runner::run(&cli.run),
-        Some(Command::Run(args)) => crate::runner::run(&args),
+        None => crate::runner::run(&cli.run.into()),
+        Some(Command::Run(args)) => crate::runner::run(&args.into()),
         Some(Command::Validate { files }) => validate_files(&files),
         Some(Command::Generate(args)) => generate_file(&args),
         Some(Command::Whatif(args)) => crate::whatif::run(&args),
@@ -186,46 +212,6 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
                 out.line(&line);
             }
             out.status(ExitCode::SUCCESS)
-        }
-    }
-}
-
-/// Standard output that survives its reader going away (`validate ... | head -1`):
-/// `println!` panics on a broken pipe (exit 101); this stops writing instead, and the
-/// command ends normally with its own status.
-pub(crate) struct Stdout {
-    failed: Option<std::io::Error>,
-}
-
-impl Stdout {
-    pub(crate) fn new() -> Self {
-        Self { failed: None }
-    }
-
-    /// Writes one line; after a failed write, nothing more is written.
-    pub(crate) fn line(&mut self, text: &str) {
-        self.text(&format!("{text}\n"));
-    }
-
-    /// Writes `text` as it is; after a failed write, nothing more is written.
-    pub(crate) fn text(&mut self, text: &str) {
-        use std::io::Write;
-        if self.failed.is_none() {
-            let mut lock = std::io::stdout().lock();
-            if let Err(e) = lock.write_all(text.as_bytes()).and_then(|()| lock.flush()) {
-                self.failed = Some(e);
-            }
-        }
-    }
-
-    /// `status`, or exit 1 when stdout failed other than by its reader closing it.
-    pub(crate) fn status(self, status: ExitCode) -> ExitCode {
-        match self.failed {
-            Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                eprintln!("memreuse-conformance: cannot write to standard output: {e}");
-                ExitCode::FAILURE
-            }
-            _ => status,
         }
     }
 }
@@ -312,19 +298,12 @@ pub fn backend_lines() -> Vec<String> {
     }
     names
         .into_iter()
-        .map(|name| {
-            if let Some(r) = memreuse::find_backend(name) {
-                match (r.device_count)() {
-                    Ok(n) => format!("{name:<8} available, {n} device(s): {}", r.summary),
-                    Err(e) => format!("{name:<8} unavailable: {e}"),
-                }
-            } else {
-                let feature = memreuse::KNOWN_BACKENDS
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map_or(name, |(_, f)| f);
-                format!("{name:<8} not compiled into this build (cargo feature `{feature}`)")
-            }
+        .map(|name| match crate::availability::registration(name) {
+            Ok(r) => match (r.device_count)() {
+                Ok(n) => format!("{name:<8} available, {n} device(s): {}", r.summary),
+                Err(e) => format!("{name:<8} unavailable: {e}"),
+            },
+            Err(not_compiled) => format!("{name:<8} {not_compiled}"),
         })
         .collect()
 }

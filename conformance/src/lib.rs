@@ -28,6 +28,7 @@
 //! ```
 
 pub mod alloc_conf;
+pub mod availability;
 pub mod cli;
 pub mod generate;
 pub mod race_check;
@@ -36,6 +37,8 @@ pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod schedule;
+pub mod skip;
+mod stdout;
 pub mod suite;
 pub mod validate;
 pub mod whatif;
@@ -43,8 +46,8 @@ pub mod whatif;
 // Link the facade so the backends it enables register themselves (inventory).
 use memreuse as _;
 
-pub use reference::{CheckResult, Reference, reference};
+pub use reference::{CheckResult, Reference};
 pub use schedule::{Op, OpKind, Phase, Schedule, Step};
 pub use validate::{
-    LoadError, ValidSchedule, ValidationError, ValidationErrorKind, load, validate,
+    LoadError, ValidSchedule, ValidationError, ValidationErrorKind, load, reference, validate,
 };

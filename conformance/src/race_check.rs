@@ -4,6 +4,8 @@
 use memreuse_core::race::wrap_endpoints;
 use memreuse_core::{Backend, RankEndpoint};
 
+use crate::skip::SkipReason;
+
 /// Reports kept per device by the adaptor (as the mock's default).
 const MAX_REPORTS: usize = 1000;
 
@@ -80,13 +82,14 @@ pub fn arm(endpoints: Vec<RankEndpoint>, check: RaceCheck) -> (Vec<RankEndpoint>
 }
 
 /// The options of a run that `backend` cannot honour, by flag name (the report's
-/// `ignored_options`), and a reason to skip the run when its point depends on one.
+/// `ignored_options`), and a reason to skip the run when its point depends on one
+/// ([`SkipReason::FixedCapacity`]).
 pub fn ignored_options<B: Backend>(
     backend: &B,
     deterministic: bool,
     device_memory: Option<u64>,
     schedule_capacity: Option<u64>,
-) -> (Vec<String>, Option<String>) {
+) -> (Vec<String>, Option<SkipReason>) {
     let caps = backend.capabilities();
     let mut ignored = Vec::new();
     if deterministic && !caps.deterministic_scheduling {
@@ -95,14 +98,11 @@ pub fn ignored_options<B: Backend>(
     if device_memory.is_some() && !caps.memory_capacity {
         ignored.push("--device-memory".to_owned());
     }
-    let skip = (schedule_capacity.is_some() && !caps.memory_capacity).then(|| {
-        format!(
-            "the schedule's point depends on its device_memory ({} bytes), and backend `{}` \
-             cannot set a device's capacity",
-            device_memory.or(schedule_capacity).unwrap_or_default(),
-            backend.name()
-        )
-    });
+    let skip =
+        (schedule_capacity.is_some() && !caps.memory_capacity).then(|| SkipReason::FixedCapacity {
+            backend: backend.name().to_owned(),
+            bytes: device_memory.or(schedule_capacity).unwrap_or_default(),
+        });
     (ignored, skip)
 }
 
@@ -124,7 +124,7 @@ pub fn prepare(
     deterministic: bool,
     device_memory: Option<u64>,
     schedule_capacity: Option<u64>,
-) -> Result<(Vec<RankEndpoint>, Armed), String> {
+) -> Result<(Vec<RankEndpoint>, Armed), SkipReason> {
     let (ignored, skip) = match endpoints.first() {
         Some(e) => ignored_options(&e.backend, deterministic, device_memory, schedule_capacity),
         None => (Vec::new(), None),
@@ -156,6 +156,9 @@ mod tests {
         assert_eq!(ignored, ["--deterministic", "--device-memory"]);
         assert!(skip.is_none());
         let (_, skip) = ignored_options(&b, false, None, Some(1 << 20));
-        assert!(skip.unwrap().contains("device_memory"));
+        assert!(
+            skip.is_some_and(|s| matches!(s, SkipReason::FixedCapacity { .. })
+                && s.to_string().contains("device_memory"))
+        );
     }
 }

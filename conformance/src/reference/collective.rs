@@ -1,8 +1,13 @@
 //! Collective arithmetic on the host, exact for values within the exactness bound.
 
+use std::collections::HashMap;
+
 use super::EXACT_BOUND;
-use super::engine::Memory;
 use crate::schedule::{OpKind, ReduceOp};
+
+/// Per-rank tensors: name -> contents. What a collective reads its members' inputs from
+/// and writes their outputs to; the engine holds one for the whole schedule.
+pub(super) type Memory = Vec<HashMap<String, Vec<f32>>>;
 
 /// A reduction whose absolute total left the exactness bound.
 pub(super) struct Overflow {

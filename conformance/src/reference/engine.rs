@@ -6,13 +6,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{CheckResult, collective};
+use super::CheckResult;
+use super::collective::{self, Memory};
 use crate::schedule::{OpKind, Phase, Schedule, Step};
+use crate::validate::kind::ValidationErrorKind as K;
 use crate::validate::plan::{CommPlan, Event, EventKind};
-use crate::validate::{Sink, ValidationErrorKind as K};
-
-/// Per-rank tensors: name -> contents.
-pub(super) type Memory = Vec<HashMap<String, Vec<f32>>>;
+use crate::validate::sink::Sink;
 
 pub(super) struct Engine<'a> {
     plan: &'a CommPlan,

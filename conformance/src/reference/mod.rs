@@ -6,7 +6,8 @@ mod collective;
 mod engine;
 
 use crate::schedule::{Phase, Schedule};
-use crate::validate::{Sink, ValidationError, plan::CommPlan};
+use crate::validate::plan::CommPlan;
+use crate::validate::sink::Sink;
 
 /// Largest magnitude every value and every sum's absolute total may reach (2^24): within
 /// it, f32 integer arithmetic is exact in any order.
@@ -41,11 +42,6 @@ pub struct Reference {
     pub digest: String,
     /// Max over ranks of the peak bytes of tensors allocated and not yet freed.
     pub live_peak_bytes: u64,
-}
-
-/// Validates `schedule` and returns its reference results (`file` names it in errors).
-pub fn reference(file: &str, schedule: &Schedule) -> Result<Reference, Vec<ValidationError>> {
-    crate::validate::validate(file, schedule).map(|v| v.reference)
 }
 
 /// The contents `upload` writes: `x[i] = ((seed*1000003 + rank*7919 + iter*104729 + i*31)
@@ -90,17 +86,18 @@ pub fn digest_values(values: impl IntoIterator<Item = f32>) -> String {
 /// allocated and not yet freed. Defined for any parsed schedule (invalid re-allocations
 /// count as replacing the tensor).
 pub fn live_peak_bytes(schedule: &Schedule) -> u64 {
-    crate::validate::cost(schedule).live_peak_bytes
+    crate::validate::limits::cost(schedule).live_peak_bytes
 }
 
-/// Runs the interpreter on a schedule that passed the static stages; deadlocks and
-/// exactness violations go to `sink`.
-pub(crate) fn run(schedule: &Schedule, sink: &mut Sink) -> Option<Reference> {
-    let plan = CommPlan::build(schedule, sink);
-    if !sink.is_empty() {
-        return None;
-    }
-    let checks = engine::Engine::new(schedule, &plan).run(sink)?;
+/// Runs the interpreter on a schedule that passed the static stages, along `plan` (the
+/// communication plan the matching stage built and checked); deadlocks and exactness
+/// violations go to `sink`.
+pub(crate) fn interpret(
+    schedule: &Schedule,
+    plan: &CommPlan,
+    sink: &mut Sink,
+) -> Option<Reference> {
+    let checks = engine::Engine::new(schedule, plan).run(sink)?;
     let digest = digest(checks.iter().map(Vec::as_slice));
     Some(Reference {
         checks,

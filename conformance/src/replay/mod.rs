@@ -4,20 +4,22 @@
 
 mod capture;
 mod rank;
+mod rank_outcome;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use memreuse_core::{BackendOptions, RaceKind, RaceReport, WorldOptions, find_backend, find_world};
+use memreuse_core::{BackendOptions, RaceKind, RaceReport, WorldOptions, find_world};
 
 use crate::reference::Reference;
 use crate::report::{MemorySeries, RaceCounts, RunRecord, RunStatus};
 use crate::schedule::Schedule;
+use crate::skip::SkipReason;
 
 pub use capture::{
     Artifact, ArtifactLink, CAPTURE_TRACE_CAPACITY, RunArtifacts, artifact_stem, relative_href,
 };
-pub use rank::RankOutcome;
+pub use rank_outcome::RankOutcome;
 
 /// Which policy a run uses: a public mode or the negative control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -122,6 +124,9 @@ pub struct ReplayOutcome {
     pub artifacts: Vec<Artifact>,
     /// Files that could not be written.
     pub artifact_errors: Vec<String>,
+    /// Why the run was skipped (the record's `skip_reason` is its text); `None` when it
+    /// ran.
+    pub skip: Option<SkipReason>,
 }
 
 /// Replays `schedule` (already validated; `reference` is its reference result).
@@ -151,38 +156,41 @@ pub fn replay(
         r.alloc_conf.clone_from(&conf_text);
         r
     };
-    let skipped = |reason: String| ReplayOutcome {
+    let skipped = |reason: SkipReason| ReplayOutcome {
         record: RunRecord {
             status: RunStatus::Skipped,
-            skip_reason: Some(reason),
+            skip_reason: Some(reason.to_string()),
             ..empty_record()
         },
         series: series.clone(),
         races: Vec::new(),
         artifacts: Vec::new(),
         artifact_errors: Vec::new(),
+        skip: Some(reason),
     };
-    let Some(registration) = find_backend(&options.backend) else {
-        return skipped(format!(
-            "backend `{}` is not compiled into this build",
-            options.backend
-        ));
+    let registration = match crate::availability::registration(&options.backend) {
+        Ok(r) => r,
+        Err(missing) => return skipped(SkipReason::NotCompiled(missing)),
     };
     match (registration.device_count)() {
-        Err(e) => return skipped(e.to_string()),
+        Err(e) => {
+            return skipped(SkipReason::Unavailable {
+                reason: e.to_string(),
+            });
+        }
         Ok(n) if n < schedule.world_size => {
-            return skipped(format!(
-                "needs {} devices, backend `{}` has {n}",
-                schedule.world_size, options.backend
-            ));
+            return skipped(SkipReason::TooFewDevices {
+                backend: options.backend.clone(),
+                needs: schedule.world_size,
+                has: n,
+            });
         }
         Ok(_) => {}
     }
     let Some(world) = find_world(&options.backend) else {
-        return skipped(format!(
-            "backend `{}` cannot open a multi-rank world in one process",
-            options.backend
-        ));
+        return skipped(SkipReason::NoMultiRankWorld {
+            backend: options.backend.clone(),
+        });
     };
     let world_options = WorldOptions {
         world_size: schedule.world_size,
@@ -202,7 +210,9 @@ pub fn replay(
     let started = Instant::now();
     let endpoints = match (world.open_world)(&world_options) {
         Ok(e) => e,
-        Err(memreuse_core::BackendError::Unavailable { reason, .. }) => return skipped(reason),
+        Err(memreuse_core::BackendError::Unavailable { reason, .. }) => {
+            return skipped(SkipReason::Unavailable { reason });
+        }
         Err(e) => {
             let mut record = empty_record();
             record.error = Some(format!("could not open the world: {e}"));
@@ -212,6 +222,7 @@ pub fn replay(
                 races: Vec::new(),
                 artifacts: Vec::new(),
                 artifact_errors: Vec::new(),
+                skip: None,
             };
         }
     };
@@ -245,6 +256,7 @@ pub fn replay(
                 races: Vec::new(),
                 artifacts: Vec::new(),
                 artifact_errors: Vec::new(),
+                skip: None,
             };
         }
     };
@@ -376,6 +388,7 @@ pub fn replay(
         races,
         artifacts,
         artifact_errors,
+        skip: None,
     }
 }
 

@@ -3,11 +3,23 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cli::RunArgs;
+use super::options::RunOptions;
 use crate::replay::{Artifact, ArtifactLink, RunArtifacts, relative_href};
 use crate::report::{MemorySeries, Report, RunMeta, render_html, render_markdown};
 
-use super::default_report_dir;
+/// Where the report goes when neither `--report` nor `--json` is given, relative to the
+/// target directory: `$CARGO_TARGET_DIR/conformance` when that variable is set, else
+/// `target/conformance` under the current directory (see [`default_report_dir`]).
+pub const DEFAULT_REPORT_DIR: &str = "target/conformance";
+
+/// The default report directory: `$CARGO_TARGET_DIR/conformance` when the variable is set
+/// and not empty, else [`DEFAULT_REPORT_DIR`] (docs/report-format.md).
+pub fn default_report_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|v| !v.is_empty()) {
+        Some(target) => PathBuf::from(target).join("conformance"),
+        None => PathBuf::from(DEFAULT_REPORT_DIR),
+    }
+}
 
 /// The files of one run before they become links: (schedule, backend, mode, allocator
 /// configuration) and what the run wrote.
@@ -51,16 +63,31 @@ pub(super) struct Outputs {
 }
 
 impl Outputs {
-    pub(super) fn of(args: &RunArgs) -> Self {
-        let dir = match (&args.report, &args.json) {
+    /// The files `options` asks for (`--report`, `--json`, else the default directory).
+    pub(super) fn of(options: &RunOptions) -> Self {
+        let dir = match (&options.report, &options.json) {
             (Some(dir), _) => Some(dir.clone()),
             (None, Some(_)) => None,
             (None, None) => Some(default_report_dir()),
         };
         Outputs {
             dir,
-            json: args.json.clone(),
+            json: options.json.clone(),
         }
+    }
+
+    /// Every report file written, as the final `report: ...` line lists them.
+    pub(super) fn written(&self) -> Vec<String> {
+        let mut written = Vec::new();
+        if let Some(json) = &self.json {
+            written.push(json.display().to_string());
+        }
+        if let Some(dir) = &self.dir {
+            for f in ["report.json", "report.html", "summary.md"] {
+                written.push(dir.join(f).display().to_string());
+            }
+        }
+        written
     }
 
     /// The directory artifact links are relative to.

@@ -2,6 +2,7 @@
 //! per-rank view of a schedule's program order that every consumer (validator, reference
 //! interpreter, replay engine) iterates.
 
+mod echo;
 mod op;
 mod parse;
 mod strict_json;

@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{
-    FORMAT, MAX_ECHO_CHARS, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, Op, OpKind, Phase, Schedule,
-};
+use super::echo::clip;
+use super::{FORMAT, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, Op, OpKind, Phase, Schedule};
 
 /// Why a schedule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,22 +47,13 @@ pub enum ParseErrorKind {
     NameTooLong {
         /// Which name (`name`, `group`, `stream`, or the op field).
         what: String,
-        /// The name, cut to [`MAX_ECHO_CHARS`] characters.
+        /// The name, cut to [`MAX_ECHO_CHARS`](super::MAX_ECHO_CHARS) characters.
         value: String,
         /// Its length in bytes.
         len: usize,
         /// The limit.
         max: usize,
     },
-}
-
-/// `s` for an error message: at most [`MAX_ECHO_CHARS`] characters, with the full length
-/// given when cut, so a hostile value cannot make a message huge.
-pub(crate) fn clip(s: &str) -> String {
-    match s.char_indices().nth(MAX_ECHO_CHARS) {
-        None => s.to_owned(),
-        Some((end, _)) => format!("{}... ({} bytes)", &s[..end], s.len()),
-    }
 }
 
 /// Fails on a name longer than its limit.

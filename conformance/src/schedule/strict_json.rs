@@ -90,7 +90,7 @@ impl<'de> Visitor<'de> for StrictValue {
             if object.contains_key(&key) {
                 return Err(de::Error::custom(format_args!(
                     "{DUPLICATE_KEY}{:?}",
-                    super::parse::clip(&key)
+                    super::echo::clip(&key)
                 )));
             }
             let value = map.next_value_seed(self)?;

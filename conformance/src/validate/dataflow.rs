@@ -11,7 +11,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::{Sink, ValidationErrorKind as K};
+use super::kind::ValidationErrorKind as K;
+use super::sink::Sink;
 use crate::schedule::{BatchMember, COMPUTE, OpKind, Phase, Schedule, Step, Topology};
 
 /// Sorted, disjoint, non-adjacent half-open element ranges that have been written.

@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 
-use super::{Sink, ValidationErrorKind as K};
+use super::kind::ValidationErrorKind as K;
+use super::sink::Sink;
 use crate::schedule::{
     BatchMember, MAX_DELAY_TOTAL_US, MAX_DELAY_US, MAX_ELEMENT_OPS, MAX_ELEMS, MAX_HOST_BYTES,
     MAX_ITERATIONS, MAX_STEPS, MAX_THREADS, MAX_WORLD_SIZE, OpKind, Phase, Schedule,

@@ -9,13 +9,16 @@
 //! 2. `dataflow`: each rank's program in order: tensor liveness, element initialisation,
 //!    works, and the static race rules.
 //! 3. `plan`: collective and point-to-point matching per (phase, iteration).
-//! 4. Only when 1-3 found nothing: the reference interpreter, which doubles as the
-//!    strictest-execution deadlock check and tracks the exactness bound.
+//! 4. Only when 1-3 found nothing: the reference interpreter, along the plan stage 3
+//!    built (built once; the interpreter depends on `plan`, `sink` and `kind`, and none
+//!    of them on it), which doubles as the strictest-execution deadlock check and tracks the
+//!    exactness bound.
 
 mod dataflow;
-mod kind;
-mod limits;
+pub(crate) mod kind;
+pub(crate) mod limits;
 pub(crate) mod plan;
+pub(crate) mod sink;
 mod structure;
 
 pub use kind::ValidationErrorKind;
@@ -24,110 +27,13 @@ pub use limits::{
     HOST_BYTES_PER_STREAM_THREAD, HOST_BYTES_PER_WATCHDOG_THREAD, TENSOR_COPIES, cost,
     expanded_steps,
 };
+pub use sink::{MAX_ERRORS, ValidationError};
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use crate::reference::Reference;
-use crate::schedule::{ParseError, Phase, Schedule};
-
-/// At most this many errors are reported per schedule.
-pub const MAX_ERRORS: usize = 200;
-
-/// One validation error: the file, where it applies, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ValidationError {
-    /// The file (or the name given to [`validate`]).
-    pub file: String,
-    /// The phase of the op at fault, where one applies.
-    pub phase: Option<Phase>,
-    /// The index of the op at fault inside its phase.
-    pub op_index: Option<usize>,
-    /// The global rank at fault, where the error is specific to one.
-    pub rank: Option<usize>,
-    /// The reason.
-    pub kind: ValidationErrorKind,
-}
-
-impl std::fmt::Display for ValidationError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(phase) = self.phase {
-            write!(f, ": {phase}")?;
-        }
-        if let Some(i) = self.op_index {
-            write!(f, " op {i}")?;
-        }
-        if let Some(r) = self.rank {
-            write!(f, " rank {r}")?;
-        }
-        write!(f, ": {}", self.kind)
-    }
-}
-
-impl std::error::Error for ValidationError {}
-
-/// Collects errors, dropping duplicates (a body error repeats every iteration) and stopping
-/// at [`MAX_ERRORS`].
-pub(crate) struct Sink {
-    file: String,
-    errors: Vec<ValidationError>,
-    seen: HashSet<ValidationError>,
-}
-
-impl Sink {
-    pub(crate) fn new(file: &str) -> Self {
-        Self {
-            file: file.to_owned(),
-            errors: Vec::new(),
-            seen: HashSet::new(),
-        }
-    }
-
-    pub(crate) fn push(
-        &mut self,
-        phase: Option<Phase>,
-        op_index: Option<usize>,
-        rank: Option<usize>,
-        kind: ValidationErrorKind,
-    ) {
-        if self.is_full() {
-            return;
-        }
-        let error = ValidationError {
-            file: self.file.clone(),
-            phase,
-            op_index,
-            rank,
-            kind,
-        };
-        if self.seen.insert(error.clone()) {
-            self.errors.push(error);
-            if self.errors.len() == MAX_ERRORS {
-                let kind = ValidationErrorKind::TooManyErrors(MAX_ERRORS);
-                self.errors.push(ValidationError {
-                    file: self.file.clone(),
-                    phase: None,
-                    op_index: None,
-                    rank: None,
-                    kind,
-                });
-            }
-        }
-    }
-
-    pub(crate) fn is_full(&self) -> bool {
-        self.errors.len() > MAX_ERRORS
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.errors.is_empty()
-    }
-
-    pub(crate) fn into_errors(self) -> Vec<ValidationError> {
-        self.errors
-    }
-}
+use crate::schedule::{ParseError, Schedule};
+use sink::Sink;
 
 /// A schedule that passed validation, with its reference results (computed on the way:
 /// the exactness and deadlock checks run the reference interpreter).
@@ -148,20 +54,27 @@ pub fn validate(file: &str, schedule: &Schedule) -> Result<ValidSchedule, Vec<Va
     }
     structure::check(schedule, &mut sink);
     // Later stages index per-rank state by rank and name: only run them on a sound skeleton.
-    if sink.is_empty() {
-        dataflow::check(schedule, &mut sink);
-        plan::CommPlan::build(schedule, &mut sink);
-    }
     if !sink.is_empty() {
         return Err(sink.into_errors());
     }
-    match crate::reference::run(schedule, &mut sink) {
+    dataflow::check(schedule, &mut sink);
+    // Built once: the matching stage here, then the interpreter walks the same plan.
+    let plan = plan::CommPlan::build(schedule, &mut sink);
+    if !sink.is_empty() {
+        return Err(sink.into_errors());
+    }
+    match crate::reference::interpret(schedule, &plan, &mut sink) {
         Some(reference) if sink.is_empty() => Ok(ValidSchedule {
             schedule: schedule.clone(),
             reference,
         }),
         _ => Err(sink.into_errors()),
     }
+}
+
+/// Validates `schedule` and returns its reference results (`file` names it in errors).
+pub fn reference(file: &str, schedule: &Schedule) -> Result<Reference, Vec<ValidationError>> {
+    validate(file, schedule).map(|v| v.reference)
 }
 
 /// Why a schedule file could not be loaded.

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Sink, ValidationErrorKind as K};
+use super::kind::ValidationErrorKind as K;
+use super::sink::Sink;
 use crate::schedule::{BatchMember, OpKind, Phase, ReduceOp, Schedule, Topology};
 
 /// What the members of a communicator must agree on.

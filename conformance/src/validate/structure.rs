@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use super::{Sink, ValidationErrorKind as K};
+use super::kind::ValidationErrorKind as K;
+use super::sink::Sink;
 use crate::schedule::{BatchMember, COMPUTE, MAX_WORLD_SIZE, OpKind, Phase, Schedule, WORLD};
 
 pub(super) fn check(s: &Schedule, sink: &mut Sink) {

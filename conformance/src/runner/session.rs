@@ -1,0 +1,235 @@
+//! One `run` in progress: each run replayed, judged and recorded in turn, the report
+//! rewritten after each, and at the end the tables, verdicts and exit status.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::options::RunOptions;
+use super::outputs::{Outputs, RunFiles, artifact_links, write_reports};
+use super::plan::Plan;
+use super::progress::Progress;
+use super::summary::{check_required, print_totals, print_verdicts};
+use crate::alloc_conf::AllocConf;
+use crate::replay::{ModeChoice, ReplayOptions, ReplayOutcome, replay};
+use crate::report::{MemorySeries, Report, RunMeta, RunStatus, Verdict, render_table};
+use crate::skip::SkipReason;
+use crate::stdout::Stdout;
+use crate::suite::SuiteEntry;
+
+/// How long a communication op waits for a missing peer in every run.
+const PEER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The page (charts) is rewritten at most this often while runs go on; always at the end.
+const HTML_EVERY: Duration = Duration::from_secs(2);
+
+/// Everything one `run` gathers as its runs finish.
+pub(super) struct Session<'a> {
+    options: &'a RunOptions,
+    plan: &'a Plan,
+    progress: Progress,
+    outputs: Outputs,
+    meta: RunMeta,
+    started: Instant,
+    last_html: Option<Instant>,
+    report: Report,
+    series: Vec<MemorySeries>,
+    files: Vec<RunFiles>,
+    /// Every skipped run's backend and reason, for `--require-backend`.
+    skips: Vec<(String, SkipReason)>,
+}
+
+/// One run of the plan: an allocator configuration, a schedule, a backend and a mode.
+#[derive(Clone, Copy)]
+pub(super) struct RunKey<'p> {
+    /// The allocator configuration (`None`: the default).
+    pub(super) conf: &'p Option<AllocConf>,
+    /// The schedule and its expectations.
+    pub(super) entry: &'p SuiteEntry,
+    /// The backend's name.
+    pub(super) backend: &'p str,
+    /// The policy.
+    pub(super) mode: ModeChoice,
+}
+
+impl RunKey<'_> {
+    /// ` conf `TEXT`` for a run under a configuration, empty for the default.
+    fn conf_label(&self) -> String {
+        self.conf
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" conf `{}`", c.text))
+    }
+
+    /// `SCHEDULE on BACKEND mode M[ conf `TEXT`]`: the bar's message and error prefix.
+    fn label(&self) -> String {
+        format!(
+            "{} on {} mode {}{}",
+            self.entry.valid.schedule.name,
+            self.backend,
+            self.mode.name(),
+            self.conf_label()
+        )
+    }
+}
+
+impl<'a> Session<'a> {
+    /// Starts the clock and the progress display for `plan`'s runs.
+    pub(super) fn start(options: &'a RunOptions, plan: &'a Plan) -> Self {
+        let meta = RunMeta::capture(if options.deterministic {
+            format!("deterministic, seed {}", options.seed.unwrap_or(0))
+        } else {
+            "free-running threads (no --deterministic)".to_owned()
+        });
+        Session {
+            options,
+            plan,
+            progress: Progress::start(options.quiet, plan.total_runs()),
+            outputs: Outputs::of(options),
+            meta,
+            started: Instant::now(),
+            last_html: None,
+            report: Report::new(),
+            series: Vec::new(),
+            files: Vec::new(),
+            skips: Vec::new(),
+        }
+    }
+
+    /// Replays one run, records it and rewrites the report.
+    pub(super) fn run_one(&mut self, key: RunKey<'_>) {
+        self.progress.running(&key.label());
+        let outcome = replay(
+            &key.entry.valid.schedule,
+            &key.entry.valid.reference,
+            &self.replay_options(key),
+        );
+        self.record(key, outcome);
+        self.progress.advance();
+        self.write_partial();
+    }
+
+    /// The replay's options for `key`, from the command line and the plan.
+    fn replay_options(&self, key: RunKey<'_>) -> ReplayOptions {
+        let mut options = ReplayOptions::new(key.backend, key.mode);
+        options.device_memory = self.options.device_memory;
+        options.seed = self.options.seed;
+        options.deterministic = self.options.deterministic;
+        options.timeout = PEER_TIMEOUT;
+        options.snapshot_dir.clone_from(&self.options.snapshot_dir);
+        options.trace_dir.clone_from(&self.options.trace_dir);
+        options.race_check = self.plan.race_check;
+        options.alloc_conf.clone_from(key.conf);
+        options
+    }
+
+    /// Keeps what a run produced: its files, its record (judged when it is a
+    /// negative-control run of a built-in suite), its memory series and its skip.
+    fn record(&mut self, key: RunKey<'_>, outcome: ReplayOutcome) {
+        for e in &outcome.artifact_errors {
+            eprintln!("memreuse-conformance: {}: could not write {e}", key.label());
+        }
+        if !outcome.artifacts.is_empty() {
+            self.files.push((
+                key.entry.valid.schedule.name.clone(),
+                key.backend.to_owned(),
+                key.mode.name(),
+                key.conf.as_ref().map(|c| c.text.clone()),
+                outcome.artifacts,
+            ));
+        }
+        let mut record = outcome.record;
+        if self.plan.builtin && key.mode == ModeChoice::Unsafe {
+            let expects = key.entry.negative_control_finds_reuse_race;
+            record.negative_control_expects_reuse_race = Some(expects);
+            if record.status != RunStatus::Skipped {
+                record.negative_control_verdict = Verdict::judge(expects, record.races);
+            }
+        }
+        self.progress.finished(
+            self.report.runs.len() + 1,
+            &format!(
+                "{} {} mode {}{}",
+                key.entry.valid.schedule.name,
+                key.backend,
+                key.mode.name(),
+                key.conf_label()
+            ),
+            &record,
+        );
+        self.report.runs.push(record);
+        if !outcome.series.per_rank.is_empty() {
+            self.series.push(outcome.series);
+        }
+        if let Some(skip) = outcome.skip {
+            self.skips.push((key.backend.to_owned(), skip));
+        }
+    }
+
+    /// Rewrites the report after a run, so a run killed at a time limit keeps what
+    /// finished; the page at most every [`HTML_EVERY`].
+    fn write_partial(&mut self) {
+        let html_due = self.last_html.is_none_or(|t| t.elapsed() >= HTML_EVERY);
+        let links = artifact_links(self.outputs.link_base(), self.files.clone());
+        if let Err(e) = write_reports(
+            &self.outputs,
+            &self.meta,
+            &self.report,
+            &self.series,
+            &links,
+            html_due,
+        ) {
+            eprintln!("memreuse-conformance: could not write the report: {e}");
+        } else if html_due {
+            self.last_html = Some(Instant::now());
+        }
+    }
+
+    /// Prints the table, the totals, the verdicts and the required backends, writes the
+    /// final report, and returns the exit status (0 all as expected, 1 otherwise).
+    pub(super) fn finish(self) -> ExitCode {
+        self.progress.finish();
+        // Survives a closed stdout (`run ... | head`): see `Stdout`.
+        let mut out = Stdout::new();
+        out.text(&render_table(&self.report));
+        print_totals(&mut out, &self.report, self.started.elapsed().as_secs_f64());
+        print_verdicts(&mut out, &self.report);
+        let required = check_required(&self.plan.required, &self.skips);
+        for line in &required.counted {
+            out.line(line);
+        }
+        for m in &required.missing {
+            out.line(&format!("required backend {m}"));
+        }
+        let links = artifact_links(self.outputs.link_base(), self.files);
+        if !self.options.quiet {
+            for (flag, d) in [
+                ("snapshots", &self.options.snapshot_dir),
+                ("timelines", &self.options.trace_dir),
+            ] {
+                if let Some(d) = d {
+                    out.line(&format!("{flag}: {}", d.display()));
+                }
+            }
+        }
+        if let Err(e) = write_reports(
+            &self.outputs,
+            &self.meta,
+            &self.report,
+            &self.series,
+            &links,
+            true,
+        ) {
+            eprintln!("memreuse-conformance: could not write the report: {e}");
+            return ExitCode::from(1);
+        }
+        if !self.options.quiet {
+            out.line(&format!("report: {}", self.outputs.written().join(", ")));
+        }
+        out.status(
+            if self.report.all_as_expected() && required.missing.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            },
+        )
+    }
+}
