@@ -98,6 +98,9 @@ fn free_of(ix: &BlockIndex, stream: StreamId, pool: PoolKind) -> Vec<(u64, u64, 
     out
 }
 
+/// A garbage-collection candidate: `(slot, age, size)`.
+type Candidate = (u32, u64, u64);
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -181,7 +184,7 @@ proptest! {
         let ix = build(&ops, u64::MAX);
         let target = target_mib * MIB;
         let now = ix.clock();
-        let candidates: Vec<(u32, u64, u64)> = whole_free(&ix)
+        let candidates: Vec<Candidate> = whole_free(&ix)
             .into_iter()
             .filter(|w| w.2 == PoolKind::Large)
             .map(|w| (w.0, now - w.4, w.3))
@@ -191,7 +194,7 @@ proptest! {
         unique.sort_unstable();
         unique.dedup();
         prop_assert_eq!(unique.len(), got.len(), "each victim once");
-        let (taken, left): (Vec<&(u32, u64, u64)>, Vec<&(u32, u64, u64)>) =
+        let (taken, left): (Vec<&Candidate>, Vec<&Candidate>) =
             candidates.iter().partition(|c| got.contains(&c.0));
         prop_assert_eq!(taken.len(), got.len(), "victims are candidates");
         let reclaimed: u64 = taken.iter().map(|c| c.2).sum();
@@ -261,19 +264,15 @@ fn build_vm(ops: &[VmOp]) -> BlockIndex {
                 ix.tick();
                 let size = mib * MIB;
                 let found = ix.find_expandable(head, size).is_some();
-                let slot = ix.best_fit(StreamId(0), PoolKind::Large, size);
-                let slot = match slot {
-                    Some(s) => Some(s),
-                    None => {
-                        let grown = grow(&mut ix, head, size);
-                        assert_eq!(
-                            grown.is_some(),
-                            found,
-                            "a run that fits grows to the request"
-                        );
-                        grown
-                    }
-                };
+                let slot = ix.best_fit(StreamId(0), PoolKind::Large, size).or_else(|| {
+                    let grown = grow(&mut ix, head, size);
+                    assert_eq!(
+                        grown.is_some(),
+                        found,
+                        "a run that fits grows to the request"
+                    );
+                    grown
+                });
                 if let Some(s) = slot {
                     live.push(ix.hand_out(s, size, size).block);
                 }
