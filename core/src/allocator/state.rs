@@ -1,9 +1,9 @@
 //! The device-facing layer behind the allocator's one lock: raw segments from the backend,
 //! the per-process limit, the trace and the call counters. Every block decision (best fit,
 //! split, merge, figures, which blocks to release, unmap or spare) is the index's
-//! (`index/`), and the pending-free lifecycle is [`PendingFrees`]'; this layer carries
-//! their decisions out on the device and applies each [`Change`] to the index, and neither
-//! calls it.
+//! (`index/`), and the pending-free lifecycle is owned by [`PendingFrees`]; this layer
+//! carries their decisions out on the device and applies each [`Change`] of the pending
+//! frees to the index. Neither the index nor the pending frees call this layer.
 //!
 //! # Where the device is called with the lock held
 //! As in PyTorch (one lock, callbacks and observers outside it): `malloc` and `free` of raw

@@ -1,11 +1,13 @@
 //! The device-free block index: segments and blocks as addresses and sizes, best fit per
-//! (stream, pool) in PyTorch's exact order, split and merge with PyTorch's rules, and the
-//! memory figures they add up to.
+//! (stream, pool) in PyTorch's exact order, split and merge with PyTorch's rules, the
+//! memory figures they add up to, and which blocks the retry chain releases, unmaps or
+//! spares (`victims.rs`) and how an expandable segment grows (`expandable.rs`).
 //!
 //! Nothing here touches a device: no `Backend` type, no stream or event handles, only
 //! numbers ([`StreamId`]s name streams). The device-facing layer (`state.rs`) calls the
 //! index and owns everything else (raw malloc/free, events, synchronization); the index
-//! never calls it, so every rule below is tested on plain offsets (`tests.rs`).
+//! never calls it, so every rule below is tested on plain offsets (`tests.rs`,
+//! `victims_tests.rs`).
 //!
 //! # PyTorch's rules (`CUDACachingAllocator`), written once here
 //! - **Best fit**: among the free blocks of the request's stream and pool, the smallest
