@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 
+use super::victims::OversizeRelease;
 use super::*;
 use crate::allocator::sizes::{pool_for, segment_size};
 
@@ -98,6 +99,42 @@ fn free_of(ix: &BlockIndex, stream: StreamId, pool: PoolKind) -> Vec<(u64, u64, 
     out
 }
 
+#[test]
+fn an_oversize_segment_of_exactly_max_split_is_released() {
+    let (s, large) = (StreamId(0), PoolKind::Large);
+    let mut ix = BlockIndex::new(8 * MIB);
+    let a = ix.add_segment(0, 8 * MIB, s, large);
+    let b = ix.add_segment(1 << 30, 10 * MIB, s, large);
+    // 30 MiB: nothing free is that large; both oversize segments go, and are not enough.
+    let all = ix.oversize_victims(s, large, 30 * MIB, 8 * MIB);
+    assert_eq!(
+        all,
+        OversizeRelease {
+            slots: vec![b, a],
+            enough: false
+        }
+    );
+    // 12 MiB: the 10 MiB segment is not enough alone; the 8 MiB one (exactly
+    // max_split_size) completes it.
+    let two = ix.oversize_victims(s, large, 12 * MIB, 8 * MIB);
+    assert_eq!(
+        two,
+        OversizeRelease {
+            slots: vec![b, a],
+            enough: true
+        }
+    );
+    // 9 MiB: the smallest free segment of at least 9 MiB goes alone.
+    let one = ix.oversize_victims(s, large, 9 * MIB, 8 * MIB);
+    assert_eq!(
+        one,
+        OversizeRelease {
+            slots: vec![b],
+            enough: true
+        }
+    );
+}
+
 /// A garbage-collection candidate: `(slot, age, size)`.
 type Candidate = (u32, u64, u64);
 
@@ -161,6 +198,13 @@ proptest! {
         if let Some(last) = sizes.last() {
             prop_assert!(total - last < key, "no segment released past the need");
         }
+        let mut candidates: Vec<u64> = whole
+            .iter()
+            .filter(|w| w.1 >= max_split && w.1 < key)
+            .map(|w| w.1)
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        prop_assert_eq!(&sizes[..], &candidates[..sizes.len()], "the largest candidates, in order");
         if !got.enough {
             let mut all: Vec<u32> = whole
                 .iter()
