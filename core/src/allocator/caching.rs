@@ -9,19 +9,19 @@ use parking_lot::Mutex;
 use crate::backend::Backend;
 use crate::ids::{AllocationId, DevicePtr, WorkId};
 
-use super::block::UseOwner;
+use super::alloc_error::AllocError;
 use super::callbacks::{CallbackId, Registry};
 use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
-use super::oom::{AllocError, OomInfo};
-use super::oom_culprits::OomExplainer;
+use super::oom::{OomExplainer, OomHooks, OomObserver, culprits_now};
+use super::pending::EraseOutcome;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
-use super::state::{Request, State};
+use super::state::{Request, Setup, State};
 use super::stats::AllocatorStats;
 use super::storage::{Hand, Storage};
+use super::stream_use::UseOwner;
 use super::use_ledger::UseLedger;
-use super::uses::EraseOutcome;
 
 /// With `lazy_reclaim`, events are processed at malloc only above this many pending events
 /// (torch_npu's threshold) or on a cache miss.
@@ -30,8 +30,6 @@ pub const LAZY_RECLAIM_EVENTS: usize = 512;
 /// A free-memory callback: frees what it can (typically by dropping storages) and returns
 /// true if it freed something.
 pub type FreeMemoryCallback = dyn Fn() -> bool + Send + Sync;
-/// An out-of-memory observer.
-pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
 
 /// The stream-aware caching allocator of one device (docs/design.md §3). Share it as an `Arc`.
 ///
@@ -55,26 +53,24 @@ pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
 /// [`CachingAllocator::record_stream`] ignores such a stream (counting the call), so no
 /// event is ever recorded on a stream this device cannot wait for.
 pub struct CachingAllocator<B: Backend> {
-    backend: Arc<B>,
-    config: AllocatorConfig,
+    /// The backend and the configuration, held once (read without the lock; the locked
+    /// state borrows them).
+    setup: Setup<B>,
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
-    oom_observers: Registry<OomObserver>,
-    /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
-    oom_explainers: Registry<OomExplainer>,
+    /// Observers, explainers and the snapshot file of an out-of-memory.
+    oom: OomHooks,
     /// Declared stream uses of recent hand-outs, for race advice; `None` unless enabled.
     use_ledger: Mutex<Option<UseLedger>>,
     /// Whether `use_ledger` is on (read without its lock on the hot path).
     use_ledger_on: std::sync::atomic::AtomicBool,
-    /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
-    oom_snapshot: Mutex<Option<PathBuf>>,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachingAllocator")
-            .field("backend", &self.backend.name())
-            .field("device", &self.backend.device_index())
+            .field("backend", &self.setup.backend.name())
+            .field("device", &self.setup.backend.device_index())
             .finish_non_exhaustive()
     }
 }
@@ -83,7 +79,7 @@ impl<B: Backend> Drop for CachingAllocator<B> {
     /// Returns every segment to the device. Storages keep their allocator alive, so only
     /// free and pending-free blocks remain here; pending events are waited for first.
     fn drop(&mut self) {
-        if let Err(e) = self.state.get_mut().release_cached() {
+        if let Err(e) = self.state.get_mut().release_cached(&self.setup) {
             tracing::warn!(%e, "memreuse allocator: could not release every segment on drop");
         }
     }
@@ -130,32 +126,25 @@ impl<B: Backend> CachingAllocator<B> {
             );
             config.expandable_segments = false;
         }
-        let state = State::new(Arc::clone(&backend), config.clone());
+        let state = State::new(&config);
         Arc::new(CachingAllocator {
-            backend,
-            config,
+            setup: Setup { backend, config },
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
-            oom_observers: Registry::new(),
-            oom_explainers: Registry::new(),
+            oom: OomHooks::from_env(),
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
-            oom_snapshot: Mutex::new(
-                std::env::var_os(crate::observe::OOM_SNAPSHOT_ENV)
-                    .filter(|p| !p.is_empty())
-                    .map(PathBuf::from),
-            ),
         })
     }
 
     /// The backend.
     pub fn backend(&self) -> &Arc<B> {
-        &self.backend
+        &self.setup.backend
     }
 
     /// The configuration.
     pub fn config(&self) -> &AllocatorConfig {
-        &self.config
+        &self.setup.config
     }
 
     /// Allocates at least `bytes` bytes for use on `stream` (0 bytes gives a 512-byte block).
@@ -169,13 +158,13 @@ impl<B: Backend> CachingAllocator<B> {
         bytes: u64,
         stream: &B::Stream,
     ) -> Result<Storage<B>, AllocError> {
-        if !self.backend.owns_stream(stream) {
+        if !self.setup.backend.owns_stream(stream) {
             return Err(self.foreign_stream("allocate"));
         }
-        let size = round_size(bytes, &self.config.roundup_power2_divisions);
+        let size = round_size(bytes, &self.setup.config.roundup_power2_divisions);
         let req = Request {
             stream,
-            stream_id: self.backend.stream_id(stream),
+            stream_id: self.setup.backend.stream_id(stream),
             requested: bytes,
             size,
             pool: pool_for(size),
@@ -189,7 +178,8 @@ impl<B: Backend> CachingAllocator<B> {
         {
             l.handed_out(allocation_id);
         }
-        self.backend
+        self.setup
+            .backend
             .annotate_allocation(DevicePtr(out.ptr), out.size, allocation_id);
         Ok(Storage {
             allocator: Arc::clone(self),
@@ -209,8 +199,8 @@ impl<B: Backend> CachingAllocator<B> {
     fn foreign_stream(&self, call: &'static str) -> AllocError {
         AllocError::ForeignStream {
             call,
-            backend: self.backend.name().to_owned(),
-            device: self.backend.device_index(),
+            backend: self.setup.backend.name().to_owned(),
+            device: self.setup.backend.device_index(),
         }
     }
 
@@ -225,11 +215,12 @@ impl<B: Backend> CachingAllocator<B> {
         st: &mut parking_lot::MutexGuard<'_, State<B>>,
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
+        let su = &self.setup;
         st.index.tick();
         if !st.pending.is_empty()
-            && (!self.config.lazy_reclaim || st.pending_events > LAZY_RECLAIM_EVENTS)
+            && (!su.config.lazy_reclaim || st.pending.in_flight() > LAZY_RECLAIM_EVENTS)
         {
-            st.process_events();
+            st.process_events(su);
         }
         if let Some(out) = st.serve(req) {
             return Ok(out);
@@ -243,11 +234,12 @@ impl<B: Backend> CachingAllocator<B> {
         st: &mut parking_lot::MutexGuard<'_, State<B>>,
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
+        let su = &self.setup;
         // What was pending when the request missed the cache: the chain below synchronizes
         // those streams, so an OOM report taken at its end would no longer see them.
-        let pending_at_miss = st.pending_culprits();
-        if self.config.lazy_reclaim {
-            st.process_events();
+        let pending_at_miss = culprits_now(st);
+        if su.config.lazy_reclaim {
+            st.process_events(su);
             if let Some(out) = st.serve(req) {
                 return Ok(out);
             }
@@ -262,56 +254,43 @@ impl<B: Backend> CachingAllocator<B> {
                 freed
             });
             if freed {
-                st.process_events();
+                st.process_events(su);
                 if let Some(out) = st.serve(req) {
                     return Ok(out);
                 }
             }
         }
-        st.garbage_collect()?;
-        if let Some(slot) = st.alloc_segment(req, false)? {
+        st.garbage_collect(su)?;
+        if let Some(slot) = st.alloc_segment(su, req, false)? {
             return Ok(st.hand_out(slot, req));
         }
-        if st.release_available(req)?
-            && let Some(slot) = st.alloc_segment(req, false)?
+        if st.release_available(su, req)?
+            && let Some(slot) = st.alloc_segment(su, req, false)?
         {
             return Ok(st.hand_out(slot, req));
         }
-        st.release_cached()?;
+        st.release_cached(su)?;
         // Blocks freed by the synchronization may fit without new memory (PyTorch goes
         // straight to the device here).
         if let Some(out) = st.serve(req) {
             return Ok(out);
         }
-        if let Some(slot) = st.alloc_segment(req, true)? {
+        if let Some(slot) = st.alloc_segment(su, req, true)? {
             return Ok(st.hand_out(slot, req));
         }
-        let (info, mut err) = st.out_of_memory(req);
-        err.culprits.merge_pending(pending_at_miss);
-        // The snapshot shows the moment of failure: before observers free anything.
-        let template = self.oom_snapshot.lock().clone();
-        parking_lot::MutexGuard::unlocked(st, || {
-            if let Some(template) = template {
-                match crate::observe::oom::write_oom_snapshot(self, &info, &template) {
-                    Ok(file) => err.snapshot = Some(file),
-                    Err((file, why)) => err.snapshot_error = Some((file, why.to_string())),
-                }
-            }
-            for observer in self.oom_observers.snapshot() {
-                observer(&info);
-            }
-            for explain in self.oom_explainers.snapshot() {
-                explain(&mut err.culprits);
-            }
-            err.culprits.sort();
-        });
-        Err(AllocError::OutOfMemory(Box::new(err)))
+        Err(AllocError::OutOfMemory(self.oom.fail(
+            self,
+            st,
+            su,
+            req,
+            pending_at_miss,
+        )))
     }
 
     /// Drops one handle of `block`; the last one frees the block.
     #[inline]
     pub(crate) fn drop_handle(&self, block: BlockRef) {
-        self.state.lock().free_user(block);
+        self.state.lock().free_user(&self.setup, block);
     }
 
     /// Counts one more handle of the allocated `block`; false when it is not allocated.
@@ -356,18 +335,23 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Records the use; false (nothing recorded, the call counted) for a stream of another
-    /// device.
+    /// device. The one writer of `record_stream_calls`: every call counts once, whatever
+    /// it records.
     fn record(&self, storage: &Storage<B>, stream: &B::Stream, owner: UseOwner) -> bool {
-        if !self.backend.owns_stream(stream) {
+        let backend = &self.setup.backend;
+        let foreign = !backend.owns_stream(stream);
+        if foreign {
             tracing::warn!(
-                device = self.backend.device_index(),
+                device = backend.device_index(),
                 "memreuse allocator: record_stream with a stream of another device ignored"
             );
-            self.state.lock().counts.record_stream_calls += 1;
-            return false;
         }
-        let id = self.backend.stream_id(stream);
+        let id = (!foreign).then(|| backend.stream_id(stream));
         let mut st = self.state.lock();
+        st.counts.record_stream_calls += 1;
+        let Some(id) = id else {
+            return false;
+        };
         if self.owns(storage) {
             st.record_use(storage.block_ref(), stream, id, owner);
             drop(st);
@@ -378,8 +362,6 @@ impl<B: Backend> CachingAllocator<B> {
             {
                 l.declared(storage.allocation_id(), id);
             }
-        } else {
-            st.counts.record_stream_calls += 1;
         }
         true
     }
@@ -393,11 +375,8 @@ impl<B: Backend> CachingAllocator<B> {
         work: WorkId,
         current: &B::Stream,
     ) -> EraseOutcome {
-        if !self.owns(storage) {
-            self.state.lock().counts.erase_stream_calls += 1;
-            return EraseOutcome::StaleBlock;
-        }
-        self.erase_stream_by_block(storage.block_ref(), work, stream, current)
+        let block = self.owns(storage).then(|| storage.block_ref());
+        self.erase(block, work, stream, current)
     }
 
     /// The mode-3 path for a storage already dropped (rule 5): like
@@ -410,9 +389,28 @@ impl<B: Backend> CachingAllocator<B> {
         stream: &B::Stream,
         current: &B::Stream,
     ) -> EraseOutcome {
-        let id = self.backend.stream_id(stream);
-        let current = self.backend.stream_id(current);
-        self.state.lock().erase(block, work, id, current)
+        self.erase(Some(block), work, stream, current)
+    }
+
+    /// The one writer of `erase_stream_calls`: every call counts once; `None` is a storage
+    /// of another allocator ([`EraseOutcome::StaleBlock`]).
+    fn erase(
+        &self,
+        block: Option<BlockRef>,
+        work: WorkId,
+        stream: &B::Stream,
+        current: &B::Stream,
+    ) -> EraseOutcome {
+        let ids = block.map(|b| {
+            let backend = &self.setup.backend;
+            (b, backend.stream_id(stream), backend.stream_id(current))
+        });
+        let mut st = self.state.lock();
+        st.counts.erase_stream_calls += 1;
+        match ids {
+            Some((b, id, current)) => st.erase(b, work, id, current),
+            None => EraseOutcome::StaleBlock,
+        }
     }
 
     /// Frees every pending block whose events completed. Also reports a backend failure met
@@ -422,7 +420,7 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(e) = st.deferred.take() {
             return Err(AllocError::Backend(e));
         }
-        st.process_events();
+        st.process_events(&self.setup);
         Ok(())
     }
 
@@ -432,7 +430,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// synchronized is quarantined (logged, not returned) and the rest still released. The
     /// error returned is a failure to release a segment to the device.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
-        self.state.lock().release_cached()?;
+        self.state.lock().release_cached(&self.setup)?;
         Ok(())
     }
 
@@ -440,7 +438,7 @@ impl<B: Backend> CachingAllocator<B> {
     /// whose streams all synchronized to the pool. Returns the bytes that went back, or the
     /// first synchronize failure (those blocks stay quarantined; the others were tried).
     pub fn release_quarantined(&self) -> Result<u64, AllocError> {
-        Ok(self.state.lock().release_quarantined()?)
+        Ok(self.state.lock().release_quarantined(&self.setup)?)
     }
 
     /// A copy of the statistics, with the fragmentation of the cached free blocks (an
@@ -456,7 +454,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Segments, blocks and the trace (records a `snapshot` trace entry).
     pub fn snapshot(&self) -> Snapshot {
-        self.state.lock().snapshot()
+        self.state.lock().snapshot(&self.setup)
     }
 
     /// Registers a free-memory callback, called (without the allocator lock) when no cached
@@ -488,34 +486,34 @@ impl<B: Backend> CachingAllocator<B> {
     /// adds to the error's culprits what the caller knows (a process group names its
     /// works' operations and reports the shelves of works never waited).
     pub fn add_oom_explainer(&self, explain: Arc<OomExplainer>) -> CallbackId {
-        self.oom_explainers.add(explain)
+        self.oom.add_explainer(explain)
     }
 
     /// Removes an explainer registered with [`CachingAllocator::add_oom_explainer`].
     pub fn remove_oom_explainer(&self, id: CallbackId) {
-        self.oom_explainers.remove(id);
+        self.oom.remove_explainer(id);
     }
 
     /// Where a viewer snapshot (pickle) is written at out-of-memory, before the error
     /// returns; `{device}` in the path becomes the device index. Initialized from
     /// `MEMREUSE_OOM_SNAPSHOT`; `None` turns it off. The error's message names the file.
     pub fn set_oom_snapshot_path(&self, path: Option<PathBuf>) {
-        *self.oom_snapshot.lock() = path;
+        self.oom.set_snapshot_path(path);
     }
 
     /// The OOM snapshot path template, if set.
     pub fn oom_snapshot_path(&self) -> Option<PathBuf> {
-        self.oom_snapshot.lock().clone()
+        self.oom.snapshot_path()
     }
 
     /// Registers an OOM observer, called (without the allocator lock) before an
     /// out-of-memory error is returned.
     pub fn add_oom_observer(&self, cb: Arc<OomObserver>) -> CallbackId {
-        self.oom_observers.add(cb)
+        self.oom.add_observer(cb)
     }
 
     /// Unregisters an OOM observer.
     pub fn remove_oom_observer(&self, id: CallbackId) {
-        self.oom_observers.remove(id);
+        self.oom.remove_observer(id);
     }
 }

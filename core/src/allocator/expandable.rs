@@ -44,12 +44,13 @@ use std::collections::BTreeMap;
 
 use crate::backend::Backend;
 use crate::error::BackendError;
-use crate::ids::{DevicePtr, StreamId};
+use crate::ids::DevicePtr;
 use crate::virtual_memory::PhysicalHandle;
 
-use super::index::BlockState;
+use super::expandable_segment::ExpandableSegment;
+use super::index::{Growth, SlotState};
 use super::sizes::{PoolKind, SMALL_BUFFER};
-use super::state::{Request, State};
+use super::state::{Request, Setup, State};
 use super::trace::TraceAction;
 
 /// Addresses reserved per expandable segment when the backend reports no total memory
@@ -59,24 +60,12 @@ pub const UNKNOWN_CAPACITY_RESERVE: u64 = 64 << 30;
 /// is unlimited (a simulated device of `u64::MAX` bytes).
 pub const MAX_RESERVE: u64 = 1 << 44;
 
-/// One expandable segment: its reserved range, its stream and its mapped pages.
-pub(crate) struct ExpandableSegment<S> {
-    pub stream_id: StreamId,
-    pub pool: PoolKind,
-    /// Synchronized before pages are unmapped.
-    pub stream: S,
-    /// Bytes per page.
-    pub page: u64,
-    /// The physical handle behind each mapped page, by page address.
-    pub pages: BTreeMap<u64, PhysicalHandle>,
-}
-
 impl<B: Backend> State<B> {
     /// Page size of `pool`'s expandable segments on a backend of granularity `granularity`.
-    fn page_size(&self, pool: PoolKind, granularity: u64) -> u64 {
+    fn page_size(su: &Setup<B>, pool: PoolKind, granularity: u64) -> u64 {
         let page = match pool {
             PoolKind::Small => SMALL_BUFFER,
-            PoolKind::Large => self.config.expandable_segments_page_size,
+            PoolKind::Large => su.config.expandable_segments_page_size,
         };
         page.max(granularity).next_multiple_of(granularity.max(1))
     }
@@ -90,48 +79,37 @@ impl<B: Backend> State<B> {
     /// ([`State::trim_before_growth`]), and only then looks for the run to grow, so the
     /// unmapping never touches the block the growth extends, and the holes it leaves are
     /// candidates (the lowest run that fits wins).
-    pub fn alloc_expandable(&mut self, req: &Request<'_, B>) -> Result<Option<u32>, BackendError> {
-        let size = req.size;
-        if self.config.expandable_segments_trim {
-            self.trim_before_growth(req)?;
+    pub fn alloc_expandable(
+        &mut self,
+        su: &Setup<B>,
+        req: &Request<'_, B>,
+    ) -> Result<Option<u32>, BackendError> {
+        if su.config.expandable_segments_trim {
+            self.trim_before_growth(su, req)?;
         }
         let found = self.find_growth(req);
         let (base, mut cand) = match found {
             Some(f) => f,
-            None => match self.new_expandable_segment(req)? {
+            None => match self.new_expandable_segment(su, req)? {
                 Some(f) => f,
                 None => return Ok(None),
             },
         };
         loop {
-            let b = self.index.block(cand);
-            if b.state.is_free() && b.size >= size {
-                return Ok(Some(cand));
-            }
-            let (target, need) = if b.state == BlockState::Unmapped {
-                (cand, size)
-            } else {
-                match b.next {
-                    Some(n) if self.index.block(n).state == BlockState::Unmapped => {
-                        (n, size - b.size)
-                    }
-                    _ => return Ok(None),
-                }
-            };
-            let (t_ptr, t_size) = {
-                let t = self.index.block(target);
-                (t.ptr, t.size)
-            };
             let page = self.expandable[&base].page;
-            let bytes = need.min(t_size).next_multiple_of(page);
-            match self.map_pages(base, t_ptr, bytes) {
+            let (target, t_ptr, bytes) = match self.index.growth_step(cand, req.size, page) {
+                Growth::Ready(slot) => return Ok(Some(slot)),
+                Growth::Stuck => return Ok(None),
+                Growth::Map { target, ptr, bytes } => (target, ptr, bytes),
+            };
+            match self.map_pages(su, base, t_ptr, bytes) {
                 Ok(true) => {}
                 Ok(false) => {
-                    self.release_if_unmapped(base)?;
+                    self.release_if_unmapped(su, base)?;
                     return Ok(None);
                 }
                 Err(e) => {
-                    if let Err(release) = self.release_if_unmapped(base) {
+                    if let Err(release) = self.release_if_unmapped(su, base) {
                         tracing::warn!(%release, "memreuse allocator: an empty expandable segment could not be released");
                     }
                     return Err(e);
@@ -164,48 +142,38 @@ impl<B: Backend> State<B> {
     /// segment's stream is synchronized before its first unmap, as for `empty_cache`.
     /// Returns the bytes unmapped; on an error the pages already unmapped are recorded and
     /// the rest stay free blocks, so the allocator stays consistent.
-    pub(crate) fn trim_before_growth(&mut self, req: &Request<'_, B>) -> Result<u64, BackendError> {
+    pub(crate) fn trim_before_growth(
+        &mut self,
+        su: &Setup<B>,
+        req: &Request<'_, B>,
+    ) -> Result<u64, BackendError> {
         let same =
             |e: &ExpandableSegment<B::Stream>| e.stream_id == req.stream_id && e.pool == req.pool;
         let Some(page) = self.expandable.values().find(|e| same(e)).map(|e| e.page) else {
             return Ok(0);
         };
-        // The run the growth would use now: its free blocks are spared (unmapping them only
-        // to map them again would cost calls and save nothing), and it needs the request
-        // less those free bytes.
-        let mut spare: Vec<u32> = Vec::new();
-        let mut free_in_run = 0u64;
-        if let Some((_, cand)) = self.find_growth(req) {
-            let (mut bytes, mut cursor) = (0u64, Some(cand));
-            while bytes < req.size
-                && let Some(k) = cursor
-            {
-                let b = self.index.block(k);
-                if b.state.is_free() {
-                    spare.push(k);
-                    free_in_run += b.size;
-                } else if b.state != BlockState::Unmapped {
-                    break;
-                }
-                bytes += b.size;
-                cursor = b.next;
-            }
-        }
+        // The run the growth would use now: its free blocks are spared, and it needs the
+        // request less those free bytes.
+        let (spare, free_in_run) = self
+            .find_growth(req)
+            .map(|(_, cand)| self.index.spared_run(cand, req.size))
+            .unwrap_or_default();
         let want = req.size.saturating_sub(free_in_run).next_multiple_of(page);
         if want == 0 {
             return Ok(0);
         }
-        self.unmap_free_pages_of(|e| same(e), Some(want), true, &spare)
+        self.unmap_free_pages_of(su, |e| same(e), Some(want), true, &spare)
     }
 
     /// Reserves a new expandable segment for the request's (stream, pool).
     fn new_expandable_segment(
         &mut self,
+        su: &Setup<B>,
         req: &Request<'_, B>,
     ) -> Result<Option<(u64, u32)>, BackendError> {
-        let granularity = self.backend.vm_granularity()?;
-        let page = self.page_size(req.pool, granularity);
-        let total = self.backend.memory_info().map_or(0, |m| m.total);
+        let granularity = su.backend.vm_granularity()?;
+        let page = Self::page_size(su, req.pool, granularity);
+        let total = su.backend.memory_info().map_or(0, |m| m.total);
         let total = if total == 0 {
             UNKNOWN_CAPACITY_RESERVE
         } else {
@@ -217,7 +185,7 @@ impl<B: Backend> State<B> {
             .max(req.size)
             .checked_next_multiple_of(page)
             .unwrap_or(u64::MAX / page * page);
-        let base = match self.backend.vm_reserve(size) {
+        let base = match su.backend.vm_reserve(size) {
             Ok(p) => p.addr(),
             Err(e) if e.is_out_of_memory() => return Ok(None),
             Err(e) => return Err(e),
@@ -241,31 +209,29 @@ impl<B: Backend> State<B> {
     /// Maps `bytes` (whole pages) at `at` in the segment at `base`, one handle per page.
     /// `Ok(false)` on out of memory or the per-process limit, after undoing this call's
     /// pages; other errors are returned after the same undo.
-    fn map_pages(&mut self, base: u64, at: u64, bytes: u64) -> Result<bool, BackendError> {
-        if let Some(limit) = self.limit()?
-            && self
-                .index
-                .figures()
-                .reserved_bytes
-                .current()
-                .saturating_add(bytes)
-                > limit
-        {
+    fn map_pages(
+        &mut self,
+        su: &Setup<B>,
+        base: u64,
+        at: u64,
+        bytes: u64,
+    ) -> Result<bool, BackendError> {
+        if self.over_limit(su, bytes)? {
             return Ok(false);
         }
         let page = self.expandable[&base].page;
         let mut done: Vec<(u64, PhysicalHandle)> = Vec::new();
         let mut failure = None;
         for addr in (at..at + bytes).step_by(usize::try_from(page).unwrap_or(usize::MAX)) {
-            let handle = match self.backend.vm_create_physical(page) {
+            let handle = match su.backend.vm_create_physical(page) {
                 Ok(h) => h,
                 Err(e) => {
                     failure = Some(e);
                     break;
                 }
             };
-            if let Err(e) = self.backend.vm_map(DevicePtr(addr), handle) {
-                if let Err(release) = self.backend.vm_release_physical(handle) {
+            if let Err(e) = su.backend.vm_map(DevicePtr(addr), handle) {
+                if let Err(release) = su.backend.vm_release_physical(handle) {
                     tracing::warn!(%release, "memreuse allocator: a physical page that failed to map could not be released");
                 }
                 failure = Some(e);
@@ -284,10 +250,10 @@ impl<B: Backend> State<B> {
         };
         // Undo: the pages were never handed out, so no work uses them.
         for (addr, handle) in done {
-            let undone = self
+            let undone = su
                 .backend
                 .vm_unmap(DevicePtr(addr), page)
-                .and_then(|()| self.backend.vm_release_physical(handle));
+                .and_then(|()| su.backend.vm_release_physical(handle));
             self.counts.num_device_unmap += 1;
             if let Err(undo) = undone {
                 tracing::error!(%undo, "memreuse allocator: could not undo a partial expandable-segment growth");
@@ -302,15 +268,15 @@ impl<B: Backend> State<B> {
     }
 
     /// Returns the segment at `base` to the device when nothing in it is mapped.
-    fn release_if_unmapped(&mut self, base: u64) -> Result<(), BackendError> {
+    fn release_if_unmapped(&mut self, su: &Setup<B>, base: u64) -> Result<(), BackendError> {
         let Some(head) = self.index.segments().get(&base).map(|s| s.head) else {
             return Ok(());
         };
         let b = self.index.block(head);
-        if b.state != BlockState::Unmapped || !b.is_whole_segment() {
+        if b.state != SlotState::Unmapped || !b.is_whole_segment() {
             return Ok(());
         }
-        self.backend.vm_release(DevicePtr(base))?;
+        su.backend.vm_release(DevicePtr(base))?;
         self.index.remove_expandable_segment(head);
         self.expandable.remove(&base);
         Ok(())
@@ -323,10 +289,11 @@ impl<B: Backend> State<B> {
     /// released. Returns the bytes unmapped.
     pub fn unmap_free_pages(
         &mut self,
+        su: &Setup<B>,
         pool: Option<PoolKind>,
         target: Option<u64>,
     ) -> Result<u64, BackendError> {
-        self.unmap_free_pages_of(|e| pool.is_none_or(|p| p == e.pool), target, false, &[])
+        self.unmap_free_pages_of(su, |e| pool.is_none_or(|p| p == e.pool), target, false, &[])
     }
 
     /// [`Self::unmap_free_pages`] over the segments `keep` selects, leaving the free blocks
@@ -336,55 +303,38 @@ impl<B: Backend> State<B> {
     /// (PyTorch's release).
     fn unmap_free_pages_of(
         &mut self,
+        su: &Setup<B>,
         keep: impl Fn(&ExpandableSegment<B::Stream>) -> bool,
         target: Option<u64>,
         exact: bool,
         spare: &[u32],
     ) -> Result<u64, BackendError> {
-        // (age order key, segment base, slot, start, len)
-        let mut work: Vec<(u64, u64, u32, u64, u64)> = Vec::new();
-        for (&base, e) in &self.expandable {
-            if !keep(e) {
-                continue;
-            }
-            let Some(seg) = self.index.segments().get(&base) else {
-                continue;
-            };
-            for k in self.index.free_slots(seg.head) {
-                if spare.contains(&k) {
-                    continue;
-                }
-                if let Some((start, len)) = self.index.inner_pages(k, e.page) {
-                    let since = match self.index.block(k).state {
-                        BlockState::Free { since } => since,
-                        _ => 0,
-                    };
-                    work.push((since, base, k, start, len));
-                }
-            }
-        }
-        if target.is_some() {
-            work.sort_by_key(|w| w.0);
-        }
+        let segments = self
+            .expandable
+            .iter()
+            .filter(|(_, e)| keep(e))
+            .map(|(&base, e)| (base, e.page));
+        let work = self.index.unmap_work(segments, spare, target.is_some());
         let mut unmapped = 0u64;
         let mut synced: Vec<u64> = Vec::new();
-        for (_, base, slot, start, mut len) in work {
+        for w in work {
             if target.is_some_and(|t| unmapped >= t) {
                 break;
             }
+            let mut len = w.len;
             if exact && let Some(t) = target {
-                let page = self.expandable[&base].page;
+                let page = self.expandable[&w.base].page;
                 len = len.min((t - unmapped).next_multiple_of(page));
             }
-            if !synced.contains(&base) {
-                self.backend
-                    .synchronize_stream(&self.expandable[&base].stream)?;
-                synced.push(base);
+            if !synced.contains(&w.base) {
+                su.backend
+                    .synchronize_stream(&self.expandable[&w.base].stream)?;
+                synced.push(w.base);
             }
-            unmapped += self.unmap_range(base, slot, start, len)?;
+            unmapped += self.unmap_range(su, w.base, w.slot, w.start, len)?;
         }
         for base in synced {
-            self.release_if_unmapped(base)?;
+            self.release_if_unmapped(su, base)?;
         }
         Ok(unmapped)
     }
@@ -394,6 +344,7 @@ impl<B: Backend> State<B> {
     /// the error returned.
     fn unmap_range(
         &mut self,
+        su: &Setup<B>,
         base: u64,
         slot: u32,
         start: u64,
@@ -410,7 +361,7 @@ impl<B: Backend> State<B> {
             let Some(&handle) = self.expandable[&base].pages.get(&addr) else {
                 break;
             };
-            if let Err(e) = self.backend.vm_unmap(DevicePtr(addr), page) {
+            if let Err(e) = su.backend.vm_unmap(DevicePtr(addr), page) {
                 failure = Some(e);
                 break;
             }
@@ -420,7 +371,7 @@ impl<B: Backend> State<B> {
                 .expect("segment exists")
                 .pages
                 .remove(&addr);
-            if let Err(e) = self.backend.vm_release_physical(handle) {
+            if let Err(e) = su.backend.vm_release_physical(handle) {
                 // Unmapped, so the index must say so; the handle is lost to this process.
                 tracing::error!(%e, "memreuse allocator: an unmapped page could not be released");
                 failure.get_or_insert(e);

@@ -11,11 +11,18 @@
 //! - `index/`: the device-free block index (segments and blocks as addresses and sizes,
 //!   best fit with size-class bitmaps in PyTorch's exact order, split and merge, the
 //!   memory figures). No `Backend` type, no device handles; tested alone.
-//! - `state.rs`, `reclaim.rs`, `uses.rs`: the device-facing layer under the allocator lock
-//!   (raw segments, stream uses and events, quarantine, the retry chain's steps).
+//!   Every block decision is made there: best fit, split, merge, the figures, and which
+//!   blocks the retry chain releases, unmaps or spares (`index/victims.rs`).
+//! - `pending.rs`: the pending-free lifecycle, one owner: stream uses, the blocks that wait
+//!   for events on those streams, the events and their pool, quarantine.
+//! - `state.rs`, `reclaim.rs`: the device-facing layer under the allocator lock (raw
+//!   segments, the per-process limit, the retry chain's steps), carrying out the index's
+//!   decisions and applying the pending frees' changes to it.
 //! - `expandable.rs` (with `index/expandable.rs`): `expandable_segments:True`, PyTorch's
 //!   expandable segments: one reserved range per (stream, pool), pages mapped as blocks need
 //!   them and whole free pages unmapped on release (docs/expandable-segments.md).
+//! - `oom/`: everything about an out-of-memory (report, culprits, message, the end of the
+//!   chain with its snapshot, observers and explainers).
 //! - `caching.rs`: the public face and the malloc chain, which drops the lock around
 //!   callbacks and observers. The trace ring buffer is off by default
 //!   ([`AllocatorConfig::with_trace_capacity`] turns it on), as PyTorch's memory history is.
@@ -30,36 +37,40 @@
 // Prose names PyTorch and torch_npu throughout; they are projects, not code items.
 #![allow(clippy::doc_markdown)]
 
-mod block;
+mod alloc_error;
 mod caching;
 mod callbacks;
 mod config;
 mod events;
 mod expandable;
+mod expandable_segment;
 mod fragmentation;
 mod index;
 mod oom;
-mod oom_culprits;
+mod pending;
 mod reclaim;
 mod sizes;
 mod snapshot;
 mod state;
 mod stats;
 mod storage;
+mod stream_use;
 mod trace;
 mod use_ledger;
-mod uses;
 
-pub use block::UseOwner;
-pub use caching::{CachingAllocator, FreeMemoryCallback, LAZY_RECLAIM_EVENTS, OomObserver};
+pub use alloc_error::AllocError;
+pub use caching::{CachingAllocator, FreeMemoryCallback, LAZY_RECLAIM_EVENTS};
 pub use callbacks::CallbackId;
 pub use config::{
     ALLOC_CONF_ENV, AllocatorConfig, ConfigError, DEFAULT_TRACE_CAPACITY, VALID_KEYS,
 };
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
-pub use oom::{AllocError, FormatSize, OomInfo, OutOfMemory};
-pub use oom_culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold};
+pub use oom::{
+    FormatSize, OOM_SNAPSHOT_ENV, OomCulprits, OomExplainer, OomInfo, OomObserver, OutOfMemory,
+    PendingHold, ShelfHold,
+};
+pub use pending::EraseOutcome;
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
@@ -67,6 +78,6 @@ pub use sizes::{
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot};
 pub use stats::{AllocatorStats, Stat, StatArray};
 pub use storage::{Storage, WeakStorage};
+pub use stream_use::UseOwner;
 pub use trace::{TraceAction, TraceEntry, trace_clock_us};
 pub use use_ledger::UseLedger;
-pub use uses::EraseOutcome;

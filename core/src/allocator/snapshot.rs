@@ -3,9 +3,9 @@
 use crate::backend::Backend;
 use crate::ids::StreamId;
 
-use super::index::BlockState as IndexState;
+use super::index::SlotState;
 use super::sizes::PoolKind;
-use super::state::State;
+use super::state::{Setup, State};
 use super::trace::{TraceAction, TraceEntry};
 
 /// A block's state, as PyTorch's snapshot names it.
@@ -101,24 +101,24 @@ pub struct Snapshot {
 
 impl<B: Backend> State<B> {
     /// Builds a snapshot after recording a `snapshot` trace entry.
-    pub fn snapshot(&mut self) -> Snapshot {
+    pub fn snapshot(&mut self, su: &Setup<B>) -> Snapshot {
         let active = self.index.figures().active_bytes.current();
-        let default_stream = self.backend.stream_id(&self.backend.default_stream());
+        let default_stream = su.backend.stream_id(&su.backend.default_stream());
         self.trace
             .push(TraceAction::Snapshot, 0, active, default_stream, None);
-        let device = self.backend.device_index();
+        let device = su.backend.device_index();
         let mut segments = Vec::with_capacity(self.index.segments().len());
         for (&address, seg) in self.index.segments() {
             let is_expandable = self.expandable.contains_key(&address);
             let mut info: Option<SegmentInfo> = None;
             for b in self.index.segment_blocks(seg.head) {
                 let state = match b.state {
-                    IndexState::Allocated { .. } => BlockState::ActiveAllocated,
-                    IndexState::PendingFree { .. } | IndexState::Quarantined { .. } => {
+                    SlotState::Allocated { .. } => BlockState::ActiveAllocated,
+                    SlotState::PendingFree { .. } | SlotState::Quarantined { .. } => {
                         BlockState::ActivePendingFree
                     }
-                    IndexState::Free { .. } | IndexState::Vacant => BlockState::Inactive,
-                    IndexState::Unmapped => {
+                    SlotState::Free { .. } | SlotState::Vacant => BlockState::Inactive,
+                    SlotState::Unmapped => {
                         // The end of a mapped run of an expandable segment.
                         segments.extend(info.take());
                         continue;

@@ -1,7 +1,9 @@
 //! The device-facing layer behind the allocator's one lock: raw segments from the backend,
-//! stream uses and their events, the trace, and the call counters. Every block decision
-//! (best fit, split, merge, figures) is the index's (`index/`); this layer calls it and
-//! never the other way round.
+//! the per-process limit, the trace and the call counters. Every block decision (best fit,
+//! split, merge, figures, which blocks to release, unmap or spare) is the index's
+//! (`index/`), and the pending-free lifecycle is owned by [`PendingFrees`]; this layer
+//! carries their decisions out on the device and applies each [`Change`] of the pending
+//! frees to the index. Neither the index nor the pending frees call this layer.
 //!
 //! # Where the device is called with the lock held
 //! As in PyTorch (one lock, callbacks and observers outside it): `malloc` and `free` of raw
@@ -12,21 +14,28 @@
 //! out-of-memory report.
 
 use std::collections::BTreeMap;
-use std::mem;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::Backend;
 use crate::error::BackendError;
-use crate::ids::{AllocationId, StreamId};
+use crate::ids::{AllocationId, StreamId, WorkId};
 
-use super::block::DeviceSlot;
 use super::config::AllocatorConfig;
-use super::events::EventPool;
-use super::index::{BlockIndex, BlockRef, HandOut};
+use super::expandable_segment::ExpandableSegment;
+use super::index::{BlockIndex, BlockRef, HandOut, SlotState};
+use super::pending::{Change, EraseOutcome, Freed, PendingFrees};
 use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
+use super::stream_use::UseOwner;
 use super::trace::{TraceAction, TraceBuffer};
+
+/// What the allocator fixes at construction and holds once, outside its lock: the backend
+/// and the configuration. The locked [`State`] borrows it for each call.
+pub(crate) struct Setup<B: Backend> {
+    pub backend: Arc<B>,
+    pub config: AllocatorConfig,
+}
 
 /// One allocation request, rounded.
 pub(crate) struct Request<'a, B: Backend> {
@@ -53,69 +62,86 @@ fn new_allocator_serial() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << SERIAL_BITS) - 1)
 }
 
-/// Counters of calls and device operations (the figures of memory are the index's).
+/// Counters of calls and device operations (the figures of memory are the index's, the
+/// event counters the pending frees'). Each counter has one writer.
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct CallCounts {
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
-    pub num_sync_all_streams: u64,
     pub num_device_alloc: u64,
     pub num_device_free: u64,
     pub num_device_map: u64,
     pub num_device_unmap: u64,
-    pub reuse_events_created: u64,
     pub record_stream_calls: u64,
     pub erase_stream_calls: u64,
 }
 
 /// Everything the allocator lock protects.
 pub(crate) struct State<B: Backend> {
-    pub backend: Arc<B>,
-    pub config: AllocatorConfig,
     pub index: BlockIndex,
-    /// Device handles per slot of the index (grown on demand).
-    pub dev: Vec<DeviceSlot<B>>,
+    /// Stream uses, pending-free blocks, their events and quarantine.
+    pub pending: PendingFrees<B>,
     /// The allocation stream of every segment, by base address; synchronized before the
     /// segment is returned to the device.
     pub segment_streams: BTreeMap<u64, B::Stream>,
-    pub events: EventPool<B>,
-    /// Slots of pending-free blocks whose events are being waited for.
-    pub pending: Vec<u32>,
-    /// Events in flight over all pending blocks.
-    pub pending_events: usize,
-    /// Slots of quarantined blocks (see [`super::CachingAllocator`]'s docs).
-    pub quarantined: Vec<u32>,
     pub counts: CallCounts,
     pub trace: TraceBuffer,
     /// Per-process limit in bytes, computed from the device total on first need.
-    pub limit: Option<u64>,
+    limit: Option<u64>,
     /// A backend failure met where it could not be returned (inside a drop); reported by the
     /// next `process_events`.
     pub deferred: Option<BackendError>,
     /// This allocator's current id space for [`AllocationId`]s (see `next_allocation_id`).
-    pub allocator_serial: u64,
+    allocator_serial: u64,
     /// Hand-outs in the current id space (the low bits of the next [`AllocationId`]).
-    pub hand_outs: u64,
+    hand_outs: u64,
     /// Expandable segments by base address (`expandable.rs`; empty unless
     /// `expandable_segments:True`).
-    pub expandable: BTreeMap<u64, super::expandable::ExpandableSegment<B::Stream>>,
+    pub expandable: BTreeMap<u64, ExpandableSegment<B::Stream>>,
+}
+
+/// One warning per quarantined block: the failure was already returned by the operation
+/// that failed; this says what it costs the allocator.
+fn log_quarantine(error: &BackendError, bytes: u64) {
+    tracing::warn!(
+        %error,
+        bytes,
+        "memreuse allocator: a freed block whose stream work failed is quarantined \
+         (not reused until its streams synchronize; see quarantined_bytes)"
+    );
+}
+
+/// A block that waits for nothing any more goes back to its pool and merges with its free
+/// neighbours (the `free_completed` trace entry first).
+#[inline]
+fn to_pool(index: &mut BlockIndex, trace: &mut TraceBuffer, slot: u32) {
+    let b = index.block(slot);
+    let (ptr, requested, stream) = (b.ptr, b.state.requested(), b.stream);
+    trace.push(TraceAction::FreeCompleted, ptr, requested, stream, None);
+    index.release(slot);
+}
+
+/// Applies one [`Change`] of the pending frees to the index: the one place where a block
+/// leaves the pending-free lifecycle.
+fn settle(index: &mut BlockIndex, trace: &mut TraceBuffer, change: Change) {
+    match change {
+        Change::Free(slot) => to_pool(index, trace, slot),
+        Change::Quarantined { slot, error } => {
+            log_quarantine(&error, index.block(slot).size);
+            index.quarantine(slot);
+        }
+    }
 }
 
 impl<B: Backend> State<B> {
-    pub fn new(backend: Arc<B>, config: AllocatorConfig) -> Self {
+    pub fn new(config: &AllocatorConfig) -> Self {
         let trace = TraceBuffer::new(config.trace_capacity);
         let mut index = BlockIndex::new(config.max_split_size);
         index.set_expandable(config.expandable_segments);
         State {
-            backend,
             index,
-            config,
-            dev: Vec::new(),
+            pending: PendingFrees::new(),
             segment_streams: BTreeMap::new(),
-            events: EventPool::new(),
-            pending: Vec::new(),
-            pending_events: 0,
-            quarantined: Vec::new(),
             counts: CallCounts::default(),
             trace,
             limit: None,
@@ -124,27 +150,6 @@ impl<B: Backend> State<B> {
             hand_outs: 0,
             expandable: BTreeMap::new(),
         }
-    }
-
-    /// The device handles of `slot`, created on first use.
-    pub fn dev_mut(&mut self, slot: u32) -> &mut DeviceSlot<B> {
-        let i = slot as usize;
-        if i >= self.dev.len() {
-            self.dev
-                .resize_with(self.index.slot_capacity().max(i + 1), DeviceSlot::default);
-        }
-        &mut self.dev[i]
-    }
-
-    /// The device handles of `slot`, if any were ever created.
-    pub fn dev(&self, slot: u32) -> Option<&DeviceSlot<B>> {
-        self.dev.get(slot as usize)
-    }
-
-    /// True when the block in `slot` has no stream uses.
-    #[inline]
-    fn has_no_uses(&self, slot: u32) -> bool {
-        self.dev(slot).is_none_or(|d| d.uses.is_empty())
     }
 
     /// Serves `req` from the cache (best fit), if a cached block fits.
@@ -185,7 +190,7 @@ impl<B: Backend> State<B> {
     /// The last storage handle of `r` dropped: into pending-free when other streams used
     /// the block, else straight back to the free set.
     #[inline]
-    pub fn free_user(&mut self, r: BlockRef) {
+    pub fn free_user(&mut self, su: &Setup<B>, r: BlockRef) {
         let Some(slot) = self.index.drop_handle(r) else {
             return; // other handles remain
         };
@@ -193,113 +198,145 @@ impl<B: Backend> State<B> {
         let (ptr, requested, stream) = (b.ptr, b.state.requested(), b.stream);
         self.trace
             .push(TraceAction::FreeRequested, ptr, requested, stream, None);
-        if self.has_no_uses(slot) {
+        if self.pending.has_no_uses(slot) {
             self.release_to_pool(slot);
             return;
         }
-        self.record_free_events(slot);
-    }
-
-    /// Records one event per stream that used the freed block in `slot`; the block waits in
-    /// pending-free for them (or is freed at once when none was needed).
-    #[cold]
-    fn record_free_events(&mut self, slot: u32) {
-        // Move the vectors out (keeping their capacity) to record events while borrowing the
-        // backend and the event pool.
-        let d = self.dev_mut(slot);
-        let uses = mem::take(&mut d.uses);
-        let mut events = mem::take(&mut d.events);
-        let mut stuck = false;
-        for (i, u) in uses.iter().enumerate() {
-            if uses[..i].iter().any(|earlier| earlier.id == u.id) {
-                continue; // one event per stream, however many owners
+        match self
+            .pending
+            .free(&su.backend, slot, self.index.slot_capacity())
+        {
+            Freed::Now => self.release_to_pool(slot),
+            Freed::Pending => {}
+            Freed::Quarantined(error) => {
+                self.index.quarantine(slot);
+                self.deferred = Some(error);
             }
-            match self.events.record(&self.backend, &u.stream) {
-                Ok(e) => {
-                    events.push((u.id, e));
-                    self.counts.reuse_events_created += 1;
-                }
-                // No event: wait for the stream now instead. If even that fails, the block
-                // cannot be proven unused: quarantined.
-                Err(err) => {
-                    if let Err(sync_err) = self.backend.synchronize_stream(&u.stream) {
-                        tracing::error!(%err, %sync_err, "memreuse allocator: cannot order a free after its stream uses; block quarantined");
-                        self.deferred = Some(sync_err);
-                        stuck = true;
-                    }
-                }
-            }
-        }
-        let d = self.dev_mut(slot);
-        d.uses = uses;
-        d.events = events;
-        if stuck {
-            let d = &mut self.dev[slot as usize];
-            for (_, e) in d.events.drain(..) {
-                self.events.put(e);
-            }
-            self.index.quarantine(slot);
-            self.quarantined.push(slot);
-        } else if self.dev[slot as usize].events.is_empty() {
-            self.release_to_pool(slot);
-        } else {
-            self.pending_events += self.dev[slot as usize].events.len();
-            self.pending.push(slot);
         }
     }
 
-    /// A pending-free or quarantined block (with no events left) becomes free and merges
-    /// with its free neighbours.
+    /// A block that waits for nothing (freed without stream uses, or its pending-free
+    /// lifecycle ended) becomes free and merges with its free neighbours.
+    #[inline]
     pub fn release_to_pool(&mut self, slot: u32) {
-        if let Some(d) = self.dev.get_mut(slot as usize) {
-            debug_assert!(d.events.is_empty());
-            d.uses.clear();
+        to_pool(&mut self.index, &mut self.trace, slot);
+    }
+
+    /// Adds a use of `stream` by `owner` to the allocated block `r`; a no-op on the block's
+    /// own stream, for a use already held by that owner, and for a stale `r`.
+    pub fn record_use(&mut self, r: BlockRef, stream: &B::Stream, id: StreamId, owner: UseOwner) {
+        if self
+            .index
+            .resolve(r)
+            .is_none_or(|b| !matches!(b.state, SlotState::Allocated { .. }) || b.stream == id)
+        {
+            return;
         }
-        let b = self.index.block(slot);
-        let (ptr, requested, stream) = (b.ptr, b.state.requested(), b.stream);
-        self.trace
-            .push(TraceAction::FreeCompleted, ptr, requested, stream, None);
-        self.index.release(slot);
+        let capacity = self.index.slot_capacity();
+        self.pending.record_use(r.id, capacity, stream, id, owner);
+    }
+
+    /// Removes `work`'s use of stream `id` from the block `r`, if the block's allocation
+    /// stream is `current` (the pending frees decide what that frees).
+    pub fn erase(
+        &mut self,
+        r: BlockRef,
+        work: WorkId,
+        id: StreamId,
+        current: StreamId,
+    ) -> EraseOutcome {
+        let Some(b) = self.index.resolve(r) else {
+            return EraseOutcome::StaleBlock;
+        };
+        if b.stream != current {
+            return EraseOutcome::NotCurrentStream;
+        }
+        let pending = matches!(b.state, SlotState::PendingFree { .. });
+        let outcome = self.pending.erase(r.id, work, id, pending);
+        if outcome == EraseOutcome::FreedNow {
+            self.release_to_pool(r.id);
+        }
+        outcome
+    }
+
+    /// Frees every pending block whose events all completed (PyTorch's `process_events`).
+    /// A block whose event query fails is quarantined (and logged); every other pending
+    /// block is still processed.
+    pub fn process_events(&mut self, su: &Setup<B>) {
+        let (index, trace) = (&mut self.index, &mut self.trace);
+        self.pending
+            .poll(&su.backend, |change| settle(index, trace, change));
+    }
+
+    /// Waits for every pending event on the host and frees the blocks
+    /// (PyTorch's `synchronize_and_free_events`; counted in `num_sync_all_streams`). A block
+    /// whose event cannot be waited for is quarantined (and logged); every other block is
+    /// freed.
+    pub fn synchronize_and_free_events(&mut self, su: &Setup<B>) {
+        let (index, trace) = (&mut self.index, &mut self.trace);
+        self.pending
+            .synchronize_all(&su.backend, |change| settle(index, trace, change));
+    }
+
+    /// Synchronizes the streams that used each quarantined block; a block whose streams all
+    /// synchronized returns to the pool. Returns the bytes returned, or the first failure
+    /// (the blocks it concerns stay quarantined; the others are still tried).
+    pub fn release_quarantined(&mut self, su: &Setup<B>) -> Result<u64, BackendError> {
+        let (index, trace) = (&mut self.index, &mut self.trace);
+        let mut released = 0;
+        let failed = self.pending.release_quarantined(&su.backend, |change| {
+            if let Change::Free(slot) = change {
+                released += index.block(slot).size;
+            }
+            settle(index, trace, change);
+        });
+        failed.map_or(Ok(released), Err)
     }
 
     /// Per-process limit in bytes, if `per_process_memory_fraction` is set.
-    pub fn limit(&mut self) -> Result<Option<u64>, BackendError> {
-        let Some(fraction) = self.config.per_process_memory_fraction else {
+    pub fn limit(&mut self, su: &Setup<B>) -> Result<Option<u64>, BackendError> {
+        let Some(fraction) = su.config.per_process_memory_fraction else {
             return Ok(None);
         };
         if self.limit.is_none() {
-            let total = self.backend.memory_info()?.total;
+            let total = su.backend.memory_info()?.total;
             self.limit = Some((total as f64 * fraction) as u64);
         }
         Ok(self.limit)
+    }
+
+    /// The per-process limit check, for a new segment or a growth of an expandable one:
+    /// true when reserving `bytes` more would pass the limit.
+    pub fn over_limit(&mut self, su: &Setup<B>, bytes: u64) -> Result<bool, BackendError> {
+        Ok(self.limit(su)?.is_some_and(|limit| {
+            self.index
+                .figures()
+                .reserved_bytes
+                .current()
+                .saturating_add(bytes)
+                > limit
+        }))
     }
 
     /// A new segment from the device for `req`, as a free block. `Ok(None)` when the device
     /// (or the per-process limit) says out of memory.
     pub fn alloc_segment(
         &mut self,
+        su: &Setup<B>,
         req: &Request<'_, B>,
         is_retry: bool,
     ) -> Result<Option<u32>, BackendError> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
-        if self.config.expandable_segments {
-            return self.alloc_expandable(req);
+        if su.config.expandable_segments {
+            return self.alloc_expandable(su, req);
         }
         let size = req.alloc_size;
-        if let Some(limit) = self.limit()?
-            && self
-                .index
-                .figures()
-                .reserved_bytes
-                .current()
-                .saturating_add(size)
-                > limit
-        {
+        if self.over_limit(su, size)? {
             return Ok(None);
         }
-        let ptr = match self.backend.malloc(size) {
+        let ptr = match su.backend.malloc(size) {
             Ok(p) => p.addr(),
             Err(e) if e.is_out_of_memory() => return Ok(None),
             Err(e) => return Err(e),
@@ -319,13 +356,13 @@ impl<B: Backend> State<B> {
     /// Returns the free whole-segment block in `slot` to the device. The segment's stream is
     /// synchronized first (work enqueued before the last free may still use it). On a
     /// backend error nothing changes.
-    pub fn release_segment(&mut self, slot: u32) -> Result<(), BackendError> {
+    pub fn release_segment(&mut self, su: &Setup<B>, slot: u32) -> Result<(), BackendError> {
         debug_assert!(self.index.is_free_segment(slot));
         let base = self.index.block(slot).ptr;
         if let Some(stream) = self.segment_streams.get(&base) {
-            self.backend.synchronize_stream(stream)?;
+            su.backend.synchronize_stream(stream)?;
         }
-        self.backend.free(crate::ids::DevicePtr(base))?;
+        su.backend.free(crate::ids::DevicePtr(base))?;
         let seg = self.index.remove_segment(slot);
         self.segment_streams.remove(&base);
         self.counts.num_device_free += 1;
@@ -350,14 +387,14 @@ impl<B: Backend> State<B> {
             requested_bytes: f.requested_bytes.stat_array(),
             num_alloc_retries: c.num_alloc_retries,
             num_ooms: c.num_ooms,
-            num_sync_all_streams: c.num_sync_all_streams,
+            num_sync_all_streams: self.pending.sync_all_calls(),
             num_device_alloc: c.num_device_alloc,
             num_device_free: c.num_device_free,
             num_device_map: c.num_device_map,
             num_device_unmap: c.num_device_unmap,
             oversize_allocations: f.oversize_allocations.stat(),
             oversize_segments: f.oversize_segments.stat(),
-            reuse_events_created: c.reuse_events_created,
+            reuse_events_created: self.pending.events_recorded(),
             record_stream_calls: c.record_stream_calls,
             erase_stream_calls: c.erase_stream_calls,
             pending_free_bytes: f.pending_free_bytes,

@@ -17,9 +17,9 @@ use crate::allocator::{CachingAllocator, OomInfo, TraceAction, TraceEntry, trace
 use crate::backend::Backend;
 use crate::ids::StreamId;
 
-/// The environment variable naming the OOM snapshot file (read when an allocator is
-/// created).
-pub const OOM_SNAPSHOT_ENV: &str = "MEMREUSE_OOM_SNAPSHOT";
+// The allocator owns the variable (it reads it when it is created); re-exported where it
+// was first documented.
+pub use crate::allocator::OOM_SNAPSHOT_ENV;
 
 /// The snapshot of `allocator` at an OOM described by `info`: the trace ends with the
 /// `oom` entry (the `snapshot` entry that taking it records is dropped, and an `oom` entry

@@ -28,7 +28,7 @@ pub struct BlockRef {
 
 /// Where a block is in its life. One enum, so no impossible combination of flags exists.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum BlockState {
+pub(crate) enum SlotState {
     /// The slot holds no block.
     Vacant,
     /// In its (stream, pool) free set; `since` is the index clock (number of allocate
@@ -46,19 +46,19 @@ pub(crate) enum BlockState {
     Unmapped,
 }
 
-impl BlockState {
+impl SlotState {
     /// Bytes the user asked for (0 unless allocated, pending-free or quarantined).
     pub fn requested(self) -> u64 {
         match self {
-            BlockState::Allocated { requested, .. }
-            | BlockState::PendingFree { requested }
-            | BlockState::Quarantined { requested } => requested,
-            BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped => 0,
+            SlotState::Allocated { requested, .. }
+            | SlotState::PendingFree { requested }
+            | SlotState::Quarantined { requested } => requested,
+            SlotState::Vacant | SlotState::Free { .. } | SlotState::Unmapped => 0,
         }
     }
 
     pub fn is_free(self) -> bool {
-        matches!(self, BlockState::Free { .. })
+        matches!(self, SlotState::Free { .. })
     }
 }
 
@@ -70,7 +70,7 @@ pub(crate) struct Block {
     pub size: u64,
     pub stream: StreamId,
     pub pool: PoolKind,
-    pub state: BlockState,
+    pub state: SlotState,
     pub prev: Option<u32>,
     pub next: Option<u32>,
     /// Base address of the segment the block belongs to.
@@ -122,8 +122,8 @@ impl Slab {
     #[inline]
     pub fn remove(&mut self, slot: u32) {
         let b = &mut self.slots[slot as usize];
-        debug_assert!(b.state.is_free() || b.state == BlockState::Unmapped);
-        b.state = BlockState::Vacant;
+        debug_assert!(b.state.is_free() || b.state == SlotState::Unmapped);
+        b.state = SlotState::Vacant;
         b.generation += 1;
         self.vacant.push(slot);
     }
@@ -131,14 +131,14 @@ impl Slab {
     #[inline]
     pub fn get(&self, slot: u32) -> &Block {
         let b = &self.slots[slot as usize];
-        debug_assert!(b.state != BlockState::Vacant);
+        debug_assert!(b.state != SlotState::Vacant);
         b
     }
 
     #[inline]
     pub fn get_mut(&mut self, slot: u32) -> &mut Block {
         let b = &mut self.slots[slot as usize];
-        debug_assert!(b.state != BlockState::Vacant);
+        debug_assert!(b.state != SlotState::Vacant);
         b
     }
 
@@ -150,7 +150,7 @@ impl Slab {
             b.generation == r.generation
                 && !matches!(
                     b.state,
-                    BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped
+                    SlotState::Vacant | SlotState::Free { .. } | SlotState::Unmapped
                 )
         })
     }
@@ -161,7 +161,7 @@ impl Slab {
             b.generation == r.generation
                 && !matches!(
                     b.state,
-                    BlockState::Vacant | BlockState::Free { .. } | BlockState::Unmapped
+                    SlotState::Vacant | SlotState::Free { .. } | SlotState::Unmapped
                 )
         })
     }

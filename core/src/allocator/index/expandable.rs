@@ -1,7 +1,7 @@
 //! Expandable segments as the index sees them (PyTorch's `expandable_segments:True`).
 //!
 //! An expandable segment is a range of reserved addresses tiled by blocks like any other
-//! segment, but some of its blocks are [`BlockState::Unmapped`]: no physical page lies
+//! segment, but some of its blocks are [`SlotState::Unmapped`]: no physical page lies
 //! behind them. The device-facing layer (`allocator/expandable.rs`) maps and unmaps the
 //! pages; the index keeps the tiling and the figures:
 //! - an unmapped block is never in a free set and merges only with unmapped neighbours;
@@ -16,13 +16,25 @@
 use crate::ids::StreamId;
 
 use super::super::sizes::{MIN_BLOCK_SIZE, PoolKind};
-use super::{Block, BlockIndex, BlockState, Segment};
+use super::{Block, BlockIndex, Segment, SlotState};
 
 /// PyTorch's `should_split` with expandable segments: the remainder is a block of its own
 /// when it has at least [`MIN_BLOCK_SIZE`] bytes, whatever the pool.
 #[inline]
 pub(super) fn should_split(block_size: u64, size: u64) -> bool {
     block_size - size >= MIN_BLOCK_SIZE
+}
+
+/// One step of a growth of an expandable segment (PyTorch's `map_block` loop): what the
+/// device layer maps next, decided here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Growth {
+    /// The free block in this slot serves the request.
+    Ready(u32),
+    /// Map `bytes` (whole pages) at `ptr`, the front of the unmapped block `target`.
+    Map { target: u32, ptr: u64, bytes: u64 },
+    /// The run cannot grow to the request.
+    Stuck,
 }
 
 impl BlockIndex {
@@ -48,7 +60,7 @@ impl BlockIndex {
             size,
             stream,
             pool,
-            state: BlockState::Unmapped,
+            state: SlotState::Unmapped,
             prev: None,
             next: None,
             segment: base,
@@ -69,7 +81,7 @@ impl BlockIndex {
     /// went back to the device).
     pub fn remove_expandable_segment(&mut self, slot: u32) -> Option<Segment> {
         let b = self.slab.get(slot);
-        if b.state != BlockState::Unmapped || !b.is_whole_segment() {
+        if b.state != SlotState::Unmapped || !b.is_whole_segment() {
             return None;
         }
         let base = b.ptr;
@@ -82,12 +94,12 @@ impl BlockIndex {
     /// unmapped block, starting at the free block just before that unmapped block if there
     /// is one. Returns the run's first slot.
     pub fn find_expandable(&self, head: u32, size: u64) -> Option<u32> {
-        let usable = |b: &Block| b.state.is_free() || b.state == BlockState::Unmapped;
+        let usable = |b: &Block| b.state.is_free() || b.state == SlotState::Unmapped;
         let mut cursor = Some(head);
         while let Some(slot) = cursor {
             let b = self.slab.get(slot);
             cursor = b.next;
-            if b.state != BlockState::Unmapped {
+            if b.state != SlotState::Unmapped {
                 continue;
             }
             let start = match b.prev {
@@ -109,18 +121,43 @@ impl BlockIndex {
         None
     }
 
+    /// The next step of growing the run at `cand` (a free or unmapped block) to `size`
+    /// bytes with pages of `page` bytes: done when `cand` is a free block that large, else
+    /// map the pages the request still needs into the unmapped block at `cand` or just
+    /// after it.
+    pub fn growth_step(&self, cand: u32, size: u64, page: u64) -> Growth {
+        let b = self.slab.get(cand);
+        if b.state.is_free() && b.size >= size {
+            return Growth::Ready(cand);
+        }
+        let (target, need) = if b.state == SlotState::Unmapped {
+            (cand, size)
+        } else {
+            match b.next {
+                Some(n) if self.slab.get(n).state == SlotState::Unmapped => (n, size - b.size),
+                _ => return Growth::Stuck,
+            }
+        };
+        let t = self.slab.get(target);
+        Growth::Map {
+            target,
+            ptr: t.ptr,
+            bytes: need.min(t.size).next_multiple_of(page),
+        }
+    }
+
     /// The first `bytes` of the unmapped block in `slot` were mapped: they become a free
     /// block (the rest stays unmapped) and merge with their free neighbours. Returns the
     /// merged free block's slot.
     pub fn map_front(&mut self, slot: u32, bytes: u64) -> u32 {
         let b = *self.slab.get(slot);
-        debug_assert!(b.state == BlockState::Unmapped && bytes > 0 && bytes <= b.size);
+        debug_assert!(b.state == SlotState::Unmapped && bytes > 0 && bytes <= b.size);
         if bytes < b.size {
             let rest = self.slab.insert(Block {
                 generation: 0,
                 ptr: b.ptr + bytes,
                 size: b.size - bytes,
-                state: BlockState::Unmapped,
+                state: SlotState::Unmapped,
                 prev: Some(slot),
                 ..b
             });
@@ -194,7 +231,7 @@ impl BlockIndex {
                 generation: 0,
                 ptr: start,
                 size: len,
-                state: BlockState::Unmapped,
+                state: SlotState::Unmapped,
                 prev: Some(slot),
                 ..b
             });
@@ -208,7 +245,7 @@ impl BlockIndex {
             m
         } else {
             let h = self.slab.get_mut(slot);
-            h.state = BlockState::Unmapped;
+            h.state = SlotState::Unmapped;
             h.size = len;
             slot
         };
@@ -230,7 +267,7 @@ impl BlockIndex {
         }
         self.figures.reserved_bytes.decrease(b.pool, len);
         let unmapped = |ix: &BlockIndex, n: Option<u32>| {
-            n.filter(|&n| ix.slab.get(n).state == BlockState::Unmapped)
+            n.filter(|&n| ix.slab.get(n).state == SlotState::Unmapped)
         };
         if let Some(p) = unmapped(self, self.slab.get(mid).prev) {
             self.absorb(p, mid);
@@ -266,9 +303,9 @@ mod tests {
             assert_eq!(b.ptr, end, "blocks tile the segment");
             end += b.size;
             let c = match b.state {
-                BlockState::Free { .. } => 'F',
-                BlockState::Allocated { .. } => 'A',
-                BlockState::Unmapped => 'U',
+                SlotState::Free { .. } => 'F',
+                SlotState::Allocated { .. } => 'A',
+                SlotState::Unmapped => 'U',
                 other => panic!("unexpected {other:?}"),
             };
             if let Some(&(_, _, last)) = out.last() {

@@ -1,11 +1,13 @@
 //! The device-free block index: segments and blocks as addresses and sizes, best fit per
-//! (stream, pool) in PyTorch's exact order, split and merge with PyTorch's rules, and the
-//! memory figures they add up to.
+//! (stream, pool) in PyTorch's exact order, split and merge with PyTorch's rules, the
+//! memory figures they add up to, and which blocks the retry chain releases, unmaps or
+//! spares (`victims.rs`) and how an expandable segment grows (`expandable.rs`).
 //!
 //! Nothing here touches a device: no `Backend` type, no stream or event handles, only
 //! numbers ([`StreamId`]s name streams). The device-facing layer (`state.rs`) calls the
 //! index and owns everything else (raw malloc/free, events, synchronization); the index
-//! never calls it, so every rule below is tested on plain offsets (`tests.rs`).
+//! never calls it, so every rule below is tested on plain offsets (`tests.rs`,
+//! `victims_tests.rs`).
 //!
 //! # PyTorch's rules (`CUDACachingAllocator`), written once here
 //! - **Best fit**: among the free blocks of the request's stream and pool, the smallest
@@ -23,6 +25,9 @@
 //! applies one `inactive_split` change), as PyTorch's before/after accounting does.
 
 #![forbid(unsafe_code)]
+// The index is plain arithmetic on offsets: a missing slot or segment is a bug to report
+// through a typed path or a `debug_assert!`, never an `unwrap` (tests may unwrap).
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod block;
 mod expandable;
@@ -30,17 +35,21 @@ mod figures;
 mod free_set;
 #[cfg(test)]
 mod tests;
+mod victims;
+#[cfg(test)]
+mod victims_tests;
+mod walk;
 
 use std::collections::BTreeMap;
 
 pub use block::BlockRef;
-pub(crate) use block::{Block, BlockState};
+pub(crate) use block::{Block, SlotState};
+pub(crate) use expandable::Growth;
 pub(crate) use figures::Figures;
 pub(crate) use free_set::{FreeKey, FreeSet};
 
 use crate::ids::StreamId;
 
-use super::fragmentation::Fragmentation;
 use super::sizes::{MAX_NON_SPLIT_ROUNDING, PoolKind, should_split};
 use block::Slab;
 
@@ -192,7 +201,7 @@ impl BlockIndex {
         let key = self.key(slot);
         let (stream, pool) = {
             let b = self.slab.get_mut(slot);
-            b.state = BlockState::Free { since: self.clock };
+            b.state = SlotState::Free { since: self.clock };
             (b.stream, b.pool)
         };
         self.figures.cached_free_bytes += key.size;
@@ -229,7 +238,7 @@ impl BlockIndex {
             size,
             stream,
             pool,
-            state: BlockState::Free { since: self.clock },
+            state: SlotState::Free { since: self.clock },
             prev: None,
             next: None,
             segment: ptr,
@@ -285,22 +294,6 @@ impl BlockIndex {
         self.free_set(stream, pool)?.lower_bound(size)
     }
 
-    /// Free blocks of `stream`'s `pool` smaller than `size`, largest first.
-    pub fn below(&self, stream: StreamId, pool: PoolKind, size: u64) -> Vec<FreeKey> {
-        self.free_set(stream, pool)
-            .map(|f| f.below(size).collect())
-            .unwrap_or_default()
-    }
-
-    /// Every free block of `pool`, in (stream, size, address) order.
-    pub fn free_blocks(&self, pool: PoolKind) -> Vec<FreeKey> {
-        let mut sets: Vec<&StreamFree> = self.free.iter().collect();
-        sets.sort_by_key(|f| f.stream);
-        sets.iter()
-            .flat_map(|f| f.pools[pool as usize].iter())
-            .collect()
-    }
-
     /// Best fit for a rounded request of `size` bytes on `stream`'s `pool`, with the
     /// oversize rules.
     #[inline]
@@ -346,7 +339,7 @@ impl BlockIndex {
                 size: rest,
                 stream,
                 pool,
-                state: BlockState::Free { since: clock },
+                state: SlotState::Free { since: clock },
                 prev: Some(slot),
                 next,
                 segment,
@@ -363,7 +356,7 @@ impl BlockIndex {
             h.next = Some(r);
             h.size = size;
         }
-        h.state = BlockState::Allocated {
+        h.state = SlotState::Allocated {
             requested,
             handles: 1,
         };
@@ -416,7 +409,7 @@ impl BlockIndex {
     pub fn add_handle(&mut self, r: BlockRef) -> bool {
         match self.slab.resolve_mut(r) {
             Some(Block {
-                state: BlockState::Allocated { handles, .. },
+                state: SlotState::Allocated { handles, .. },
                 ..
             }) => {
                 *handles += 1;
@@ -430,7 +423,7 @@ impl BlockIndex {
     pub fn handles(&self, r: BlockRef) -> u32 {
         match self.slab.resolve(r) {
             Some(Block {
-                state: BlockState::Allocated { handles, .. },
+                state: SlotState::Allocated { handles, .. },
                 ..
             }) => *handles,
             _ => 0,
@@ -444,14 +437,14 @@ impl BlockIndex {
     pub fn drop_handle(&mut self, r: BlockRef) -> Option<u32> {
         let max_split = self.max_split_size;
         let b = self.slab.resolve_mut(r)?;
-        let BlockState::Allocated { requested, handles } = &mut b.state else {
+        let SlotState::Allocated { requested, handles } = &mut b.state else {
             return None;
         };
         if *handles > 1 {
             *handles -= 1;
             return None;
         }
-        b.state = BlockState::PendingFree {
+        b.state = SlotState::PendingFree {
             requested: *requested,
         };
         let (pool, size) = (b.pool, b.size);
@@ -468,11 +461,11 @@ impl BlockIndex {
     /// The pending-free block in `slot` cannot be proven unused: quarantine it.
     pub fn quarantine(&mut self, slot: u32) {
         let b = self.slab.get_mut(slot);
-        let BlockState::PendingFree { requested } = b.state else {
+        let SlotState::PendingFree { requested } = b.state else {
             debug_assert!(false, "only a pending-free block is quarantined");
             return;
         };
-        b.state = BlockState::Quarantined { requested };
+        b.state = SlotState::Quarantined { requested };
         let size = b.size;
         self.figures.pending_free_bytes -= size;
         self.figures.quarantined_bytes += size;
@@ -488,11 +481,11 @@ impl BlockIndex {
         let clock = self.clock;
         let b = self.slab.get_mut(slot);
         let requested = match b.state {
-            BlockState::PendingFree { requested } => {
+            SlotState::PendingFree { requested } => {
                 self.figures.pending_free_bytes -= b.size;
                 requested
             }
-            BlockState::Quarantined { requested } => {
+            SlotState::Quarantined { requested } => {
                 self.figures.quarantined_bytes -= b.size;
                 requested
             }
@@ -502,7 +495,7 @@ impl BlockIndex {
             }
         };
         // Free, in no set yet; its generation changes (handles to it are stale now).
-        b.state = BlockState::Free { since: clock };
+        b.state = SlotState::Free { since: clock };
         b.generation += 1;
         let (pool, size, prev, next, ptr, stream) =
             (b.pool, b.size, b.prev, b.next, b.ptr, b.stream);
@@ -549,7 +542,7 @@ impl BlockIndex {
         }
         if pk.is_some() {
             // The lower neighbour's age restarts with the merge (as a newly freed block).
-            self.slab.get_mut(merged.slot).state = BlockState::Free { since: clock };
+            self.slab.get_mut(merged.slot).state = SlotState::Free { since: clock };
         }
         // Neighbours share the block's stream and pool: one free set for every change.
         let set = self.free_set_mut(stream, pool);
@@ -585,39 +578,5 @@ impl BlockIndex {
             self.slab.get_mut(n).prev = Some(low);
         }
         self.slab.remove(high);
-    }
-
-    /// The largest free block of either pool and any stream.
-    pub fn largest_free_block(&self) -> u64 {
-        self.free
-            .iter()
-            .flat_map(|f| f.pools.iter())
-            .filter_map(FreeSet::last)
-            .map(|k| k.size)
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Fragmentation of the free blocks per pool. O(free blocks).
-    pub fn fragmentation(&self) -> Fragmentation {
-        let mut frag = Fragmentation::default();
-        for f in &self.free {
-            for pool in [PoolKind::Small, PoolKind::Large] {
-                for k in f.pools[pool as usize].iter() {
-                    frag.add(pool == PoolKind::Small, k.size);
-                }
-            }
-        }
-        frag
-    }
-
-    /// Blocks of the segment whose lowest block is `head`, in address order.
-    pub fn segment_blocks(&self, head: u32) -> impl Iterator<Item = &Block> + '_ {
-        let mut cursor = Some(head);
-        std::iter::from_fn(move || {
-            let b = self.slab.get(cursor?);
-            cursor = b.next;
-            Some(b)
-        })
     }
 }

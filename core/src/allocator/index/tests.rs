@@ -24,7 +24,7 @@ fn check(ix: &BlockIndex) {
             assert_eq!(b.segment, base);
             end += b.size;
             match b.state {
-                BlockState::Free { .. } => {
+                SlotState::Free { .. } => {
                     cached += b.size;
                     free_n += 1;
                     assert!(
@@ -40,23 +40,23 @@ fn check(ix: &BlockIndex) {
                         split_b += b.size;
                     }
                 }
-                BlockState::Allocated { .. } => {
+                SlotState::Allocated { .. } => {
                     allocated += b.size;
                     active += b.size;
                 }
-                BlockState::PendingFree { .. } => {
+                SlotState::PendingFree { .. } => {
                     pending += b.size;
                     active += b.size;
                 }
-                BlockState::Quarantined { .. } => {
+                SlotState::Quarantined { .. } => {
                     quarantined += b.size;
                     active += b.size;
                 }
-                BlockState::Unmapped => assert!(
-                    prev.is_none_or(|p| p.state != BlockState::Unmapped),
+                SlotState::Unmapped => assert!(
+                    prev.is_none_or(|p| p.state != SlotState::Unmapped),
                     "two unmapped neighbours were not merged"
                 ),
-                BlockState::Vacant => panic!("vacant block in a segment"),
+                SlotState::Vacant => panic!("vacant block in a segment"),
             }
             prev = Some(b);
         }
@@ -243,7 +243,7 @@ proptest! {
                 }
                 Op::Release { pick, quarantine } if !freed.is_empty() => {
                     let i = pick % freed.len();
-                    if quarantine && matches!(ix.block(freed[i]).state, BlockState::PendingFree { .. }) {
+                    if quarantine && matches!(ix.block(freed[i]).state, SlotState::PendingFree { .. }) {
                         ix.quarantine(freed[i]);
                     } else {
                         ix.release(freed.swap_remove(i));

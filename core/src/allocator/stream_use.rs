@@ -1,5 +1,6 @@
-//! What the device-facing layer keeps per block beside the index: the streams that used
-//! it (device handles) and the events recorded on them at free time.
+//! Stream uses: what the device-facing layer keeps per block beside the index, the streams
+//! that used it (device handles, each with its owner) and the events recorded on them at
+//! free time. [`super::pending::PendingFrees`] holds one [`DeviceSlot`] per slot.
 //!
 //! Slots keep their vectors (cleared, not dropped) when reused, so the steady state
 //! allocates no memory for them.

@@ -1,13 +1,12 @@
-//! Allocation errors and out-of-memory reports.
+//! The out-of-memory report: what observers receive ([`OomInfo`]) and the error's numbers
+//! and message ([`OutOfMemory`]), in PyTorch's words.
 
 use std::fmt;
 use std::path::PathBuf;
 
-use thiserror::Error;
-
-use super::fragmentation::Fragmentation;
-use super::oom_culprits::{OomCulprits, fragmented_bytes, write_list};
-use crate::error::BackendError;
+use super::super::fragmentation::Fragmentation;
+use super::culprits::{OomCulprits, fragmented_bytes};
+use super::format::{FormatSize, write_list};
 
 /// What OOM observers receive (PyTorch's `(device, alloc_size, limit, device_free)` and
 /// the allocator's own figures).
@@ -59,29 +58,10 @@ pub struct OutOfMemory {
     /// works never waited (filled by the process groups' explainers).
     pub culprits: OomCulprits,
     /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
-    /// [`super::CachingAllocator::set_oom_snapshot_path`]), if one was written.
+    /// [`crate::CachingAllocator::set_oom_snapshot_path`]), if one was written.
     pub snapshot: Option<PathBuf>,
     /// The snapshot file that was asked for but could not be written, and why.
     pub snapshot_error: Option<(PathBuf, String)>,
-}
-
-/// Bytes in PyTorch's `format_size` style (`1.50 GiB`, `20.00 MiB`, `512 bytes`).
-pub struct FormatSize(pub u64);
-
-impl fmt::Display for FormatSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        let (value, unit) = if b < 1 << 10 {
-            return write!(f, "{b} bytes");
-        } else if b < 1 << 20 {
-            (b as f64 / f64::from(1u32 << 10), "KiB")
-        } else if b < 1 << 30 {
-            (b as f64 / f64::from(1u32 << 20), "MiB")
-        } else {
-            (b as f64 / f64::from(1u32 << 30), "GiB")
-        };
-        write!(f, "{value:.2} {unit}")
-    }
 }
 
 impl fmt::Display for OutOfMemory {
@@ -211,36 +191,3 @@ impl OutOfMemory {
 }
 
 impl std::error::Error for OutOfMemory {}
-
-/// Why [`super::CachingAllocator::allocate`] (or event processing) failed.
-#[derive(Clone, Debug, Error, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum AllocError {
-    /// Out of memory after the whole retry chain (boxed: the report is large and the
-    /// path cold, so `Result<_, AllocError>` stays small on the hot path).
-    #[error(transparent)]
-    OutOfMemory(#[from] Box<OutOfMemory>),
-    /// A backend call failed with something other than out-of-memory.
-    #[error("memreuse allocator: {0}")]
-    Backend(#[from] BackendError),
-    /// A stream of another device (or another backend instance) was passed; pass a stream
-    /// of this allocator's backend (its default stream or one it created).
-    #[error(
-        "memreuse allocator ({backend} device {device}): {call} was given a stream of another \
-         device; pass a stream created by this allocator's backend"
-    )]
-    ForeignStream {
-        /// The refused call (`allocate`, `record_stream`).
-        call: &'static str,
-        /// This allocator's backend name.
-        backend: String,
-        /// This allocator's device index.
-        device: usize,
-    },
-}
-
-impl From<OutOfMemory> for AllocError {
-    fn from(oom: OutOfMemory) -> Self {
-        AllocError::OutOfMemory(Box::new(oom))
-    }
-}

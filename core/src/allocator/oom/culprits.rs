@@ -6,17 +6,18 @@
 //!   user's own `record_stream`), freed by the program but not reusable until that stream
 //!   passes the free — a late `wait()` shows up here;
 //! - bytes **held on the shelves** of works never waited (mode 2), reported by the process
-//!   groups through [`super::CachingAllocator::add_oom_explainer`];
+//!   groups through [`crate::CachingAllocator::add_oom_explainer`];
 //! - cached bytes free but **fragmented**, per pool (free bytes outside the largest block);
 //! - device memory **outside the allocator** (communicator buffers, contexts), which
 //!   [`super::OutOfMemory::outside_allocator`] already computes.
 
 use std::fmt;
 
-use super::block::UseOwner;
-use super::fragmentation::Fragmentation;
-use super::oom::FormatSize;
-use super::state::State;
+use super::super::fragmentation::{Fragmentation, PoolFragmentation};
+use super::super::index::BlockIndex;
+use super::super::pending::PendingFrees;
+use super::super::stream_use::UseOwner;
+use super::format::FormatSize;
 use crate::backend::Backend;
 use crate::ids::{StreamId, WorkId};
 
@@ -98,12 +99,9 @@ impl OomCulprits {
     }
 }
 
-/// How many entries of each list the message spells out.
-const SHOWN: usize = 4;
-
 /// Free cached bytes a pool cannot hand out as one block: all but its largest block.
 pub(crate) fn fragmented_bytes(f: &Fragmentation) -> (u64, u64) {
-    let crumbs = |p: &super::fragmentation::PoolFragmentation| p.total_free - p.largest_free;
+    let crumbs = |p: &PoolFragmentation| p.total_free - p.largest_free;
     (crumbs(&f.small), crumbs(&f.large))
 }
 
@@ -136,58 +134,33 @@ impl fmt::Display for ShelfHold {
     }
 }
 
-/// Writes ` label: a; b; c (and N more)` (no final stop) for the first entries of `items`.
-pub(crate) fn write_list<T: fmt::Display>(
-    f: &mut fmt::Formatter<'_>,
-    label: &str,
-    items: &[T],
-) -> fmt::Result {
-    write!(f, " {label}: ")?;
-    for (i, item) in items.iter().take(SHOWN).enumerate() {
-        if i > 0 {
-            write!(f, "; ")?;
-        }
-        write!(f, "{item}")?;
-    }
-    if items.len() > SHOWN {
-        write!(f, " (and {} more)", items.len() - SHOWN)?;
-    }
-    Ok(())
-}
-
-impl<B: Backend> State<B> {
-    /// The pending-free blocks grouped by the owner and stream of each use they wait for.
-    pub(crate) fn pending_culprits(&self) -> OomCulprits {
-        let mut pending: Vec<PendingHold> = Vec::new();
-        for &slot in &self.pending {
-            let size = self.index.block(slot).size;
-            let Some(d) = self.dev(slot) else { continue };
-            for u in &d.uses {
-                // Only uses whose stream still has an outstanding event hold the block.
-                if !d.events.iter().any(|(s, _)| *s == u.id) {
-                    continue;
-                }
-                match pending
-                    .iter_mut()
-                    .find(|p| p.owner == u.owner && p.stream == u.id)
-                {
-                    Some(p) => {
-                        p.bytes += size;
-                        p.blocks += 1;
-                    }
-                    None => pending.push(PendingHold {
-                        owner: u.owner,
-                        stream: u.id,
-                        op: None,
-                        bytes: size,
-                        blocks: 1,
-                    }),
-                }
+/// The pending-free blocks grouped by the owner and stream of each use they wait for.
+pub(crate) fn pending_culprits<B: Backend>(
+    pending: &PendingFrees<B>,
+    index: &BlockIndex,
+) -> OomCulprits {
+    let mut held: Vec<PendingHold> = Vec::new();
+    for (slot, owner, stream) in pending.holds() {
+        let size = index.block(slot).size;
+        match held
+            .iter_mut()
+            .find(|p| p.owner == owner && p.stream == stream)
+        {
+            Some(p) => {
+                p.bytes += size;
+                p.blocks += 1;
             }
+            None => held.push(PendingHold {
+                owner,
+                stream,
+                op: None,
+                bytes: size,
+                blocks: 1,
+            }),
         }
-        OomCulprits {
-            pending,
-            shelved: Vec::new(),
-        }
+    }
+    OomCulprits {
+        pending: held,
+        shelved: Vec::new(),
     }
 }

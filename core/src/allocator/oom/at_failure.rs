@@ -1,0 +1,163 @@
+//! The end of the malloc chain: the report built from the state at the failure, then,
+//! without the allocator lock, the OOM snapshot written, the observers called and the
+//! explainers asked for the culprits they know.
+//!
+//! The snapshot is the one call from the allocator into [`crate::observe`]: observe turns
+//! the allocator's public [`crate::CachingAllocator::snapshot`] into the viewer's pickle,
+//! and the allocator asks for it here, at the moment of failure, before any observer can
+//! free memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::super::callbacks::{CallbackId, Registry};
+use super::super::state::{Request, Setup, State};
+use super::super::trace::TraceAction;
+use super::culprits::{OomCulprits, OomExplainer, pending_culprits};
+use super::report::{OomInfo, OutOfMemory};
+use crate::backend::Backend;
+
+/// The environment variable naming the OOM snapshot file (read when an allocator is
+/// created).
+pub const OOM_SNAPSHOT_ENV: &str = "MEMREUSE_OOM_SNAPSHOT";
+
+/// An out-of-memory observer.
+pub type OomObserver = dyn Fn(&OomInfo) + Send + Sync;
+
+/// What runs at an out-of-memory besides the report: the snapshot file, the observers and
+/// the explainers, each behind its own small lock (never the allocator's).
+pub(crate) struct OomHooks {
+    observers: Registry<OomObserver>,
+    /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
+    explainers: Registry<OomExplainer>,
+    /// Where to write a snapshot at out-of-memory (`{device}` replaced by the index).
+    snapshot: Mutex<Option<PathBuf>>,
+}
+
+impl OomHooks {
+    /// No observer or explainer; the snapshot path from [`OOM_SNAPSHOT_ENV`] if it is set
+    /// and not empty.
+    pub fn from_env() -> Self {
+        OomHooks {
+            observers: Registry::new(),
+            explainers: Registry::new(),
+            snapshot: Mutex::new(
+                std::env::var_os(OOM_SNAPSHOT_ENV)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from),
+            ),
+        }
+    }
+
+    pub fn add_observer(&self, cb: Arc<OomObserver>) -> CallbackId {
+        self.observers.add(cb)
+    }
+
+    pub fn remove_observer(&self, id: CallbackId) {
+        self.observers.remove(id);
+    }
+
+    pub fn add_explainer(&self, explain: Arc<OomExplainer>) -> CallbackId {
+        self.explainers.add(explain)
+    }
+
+    pub fn remove_explainer(&self, id: CallbackId) {
+        self.explainers.remove(id);
+    }
+
+    pub fn set_snapshot_path(&self, path: Option<PathBuf>) {
+        *self.snapshot.lock() = path;
+    }
+
+    pub fn snapshot_path(&self) -> Option<PathBuf> {
+        self.snapshot.lock().clone()
+    }
+
+    /// The end of the chain for `req`: the report (with `pending_at_miss`, what was pending
+    /// when the request missed the cache), then without the lock the snapshot, the
+    /// observers and the explainers. Returns the error for `allocate` to return.
+    pub fn fail<B: Backend>(
+        &self,
+        allocator: &crate::CachingAllocator<B>,
+        st: &mut MutexGuard<'_, State<B>>,
+        su: &Setup<B>,
+        req: &Request<'_, B>,
+        pending_at_miss: OomCulprits,
+    ) -> Box<OutOfMemory> {
+        let (info, mut err) = report(st, su, req);
+        err.culprits.merge_pending(pending_at_miss);
+        // The snapshot shows the moment of failure: before observers free anything.
+        let template = self.snapshot_path();
+        MutexGuard::unlocked(st, || {
+            if let Some(template) = template {
+                match crate::observe::oom::write_oom_snapshot(allocator, &info, &template) {
+                    Ok(file) => err.snapshot = Some(file),
+                    Err((file, why)) => err.snapshot_error = Some((file, why.to_string())),
+                }
+            }
+            for observer in self.observers.snapshot() {
+                observer(&info);
+            }
+            for explain in self.explainers.snapshot() {
+                explain(&mut err.culprits);
+            }
+            err.culprits.sort();
+        });
+        Box::new(err)
+    }
+}
+
+/// What is pending in `st` now, grouped for the report (taken when a request misses the
+/// cache too: the chain's later steps synchronize those streams).
+pub(crate) fn culprits_now<B: Backend>(st: &State<B>) -> OomCulprits {
+    pending_culprits(&st.pending, &st.index)
+}
+
+/// Records the `oom` trace entry, counts it, and builds the observers' info and the error.
+fn report<B: Backend>(
+    st: &mut State<B>,
+    su: &Setup<B>,
+    req: &Request<'_, B>,
+) -> (OomInfo, OutOfMemory) {
+    let mem = su.backend.memory_info().unwrap_or_default();
+    let limit = st.limit(su).ok().flatten();
+    st.counts.num_ooms += 1;
+    st.trace.push(
+        TraceAction::Oom,
+        0,
+        req.requested,
+        req.stream_id,
+        Some(mem.free),
+    );
+    let f = st.index.figures();
+    let allocated = f.allocated_bytes.current();
+    let reserved = f.reserved_bytes.current();
+    let device = su.backend.device_index();
+    let info = OomInfo {
+        device,
+        requested: req.requested,
+        limit,
+        device_free: mem.free,
+        device_total: mem.total,
+        allocated,
+        reserved,
+    };
+    let err = OutOfMemory {
+        device,
+        requested: req.requested,
+        device_total: mem.total,
+        device_free: mem.free,
+        allocated,
+        reserved_unallocated: reserved - allocated,
+        limit,
+        largest_free_block: st.index.largest_free_block(),
+        cached_free: f.cached_free_bytes,
+        fragmentation: st.index.fragmentation(),
+        culprits: culprits_now(st),
+        snapshot: None,
+        snapshot_error: None,
+    };
+    (info, err)
+}

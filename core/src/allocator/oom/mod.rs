@@ -1,0 +1,22 @@
+//! Everything about an out-of-memory, in one place:
+//! - `report.rs`: [`OomInfo`] (what observers receive) and [`OutOfMemory`] (the error's
+//!   numbers and PyTorch-style message);
+//! - `culprits.rs`: what makes memory unusable ([`OomCulprits`]: pending-free blocks per
+//!   owner and stream, shelves of works never waited) and the explainers that add to it;
+//! - `format.rs`: bytes and lists as the message spells them ([`FormatSize`]);
+//! - `at_failure.rs`: the end of the malloc chain (the report built under the lock, then the
+//!   OOM snapshot, the observers and the explainers without it).
+//!
+//! The malloc chain that ends here is `CachingAllocator::allocate` (`caching.rs`); the
+//! explanations a process group adds live with the process group (`oom_explain.rs`).
+
+mod at_failure;
+mod culprits;
+mod format;
+mod report;
+
+pub use at_failure::{OOM_SNAPSHOT_ENV, OomObserver};
+pub(crate) use at_failure::{OomHooks, culprits_now};
+pub use culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold};
+pub use format::FormatSize;
+pub use report::{OomInfo, OutOfMemory};
