@@ -89,7 +89,7 @@ impl MockDevice {
     }
 
     /// The race detector's annotation of a hand-out (the part of `annotate_allocation`
-    /// that takes the world lock).
+    /// that takes the cluster lock).
     #[inline(never)]
     fn annotate_locked(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {
         self.core()

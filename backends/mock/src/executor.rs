@@ -311,7 +311,7 @@ impl ClusterState {
 }
 
 impl Action {
-    /// Executes the job (called without the world lock).
+    /// Executes the job (called without the cluster lock).
     fn run(self, backed: bool) -> Result<(), BackendError> {
         match self {
             Action::Plain(op) => {

@@ -21,7 +21,7 @@ pub struct PairGroups {
     /// Device of each communicator rank.
     devices: Vec<MockDevice>,
     /// Created lazily: most of the n² pairs of a large communicator are never used, and
-    /// each group is a slot in the cluster's world.
+    /// each group is a slot in the cluster's state.
     groups: Mutex<HashMap<(usize, usize), JointGroup>>,
 }
 
