@@ -3,7 +3,8 @@
 use memreuse_core::BackendError;
 
 use crate::cluster_state::{Op, Work};
-use crate::device::{MockDevice, MockStream};
+use crate::device::MockDevice;
+use crate::handles::MockStream;
 use crate::region::{JointBody, JointMemory, MemAccess};
 
 impl MockDevice {

@@ -15,6 +15,7 @@ use crate::config::MockConfig;
 use crate::device_vm;
 use crate::error::BACKEND_NAME;
 use crate::executor::{advance, wait_until};
+use crate::handles::{MockEvent, MockStream, Recorded};
 use crate::memory::Span;
 use crate::owner::Owner;
 use crate::region::MemAccess;
@@ -34,42 +35,6 @@ pub struct MockDevice {
 impl std::fmt::Debug for MockDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "MockDevice({})", self.index)
-    }
-}
-
-/// A stream of a mock device. Plain data: equality and hashing follow the stream.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct MockStream {
-    cluster: u64,
-    device: usize,
-    index: usize,
-}
-
-/// Where an event was last recorded.
-#[derive(Clone)]
-struct Recorded {
-    stream: usize,
-    /// The stream position it completes at.
-    target: u64,
-    /// The stream's clock at the recording.
-    clock: VClock,
-}
-
-/// An event of a mock device.
-pub struct MockEvent {
-    cluster: u64,
-    device: usize,
-    state: Mutex<Option<Recorded>>,
-}
-
-impl std::fmt::Debug for MockEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let recorded = self.state.lock().as_ref().map(|r| (r.stream, r.target));
-        write!(
-            f,
-            "MockEvent(device {}, recorded {recorded:?})",
-            self.device
-        )
     }
 }
 

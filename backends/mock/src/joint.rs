@@ -14,8 +14,9 @@ use std::time::Duration;
 use memreuse_core::{AccessKind, BackendError};
 
 use crate::cluster_state::{ClusterState, GroupState, JointEntry, JointItem, Op, Part, Slot, Work};
-use crate::device::{MockDevice, MockStream};
+use crate::device::MockDevice;
 use crate::error::{BACKEND_NAME, injected};
+use crate::handles::MockStream;
 use crate::memory::Span;
 use crate::owner::Owner;
 use crate::region::{JointBody, JointMemory, MemAccess};

@@ -44,8 +44,8 @@
 
 #![forbid(unsafe_code)]
 
-// Layers, each importing only those above it: `config`, `error`, `memory`, `region` ->
-// `cluster_state` -> `executor` -> `owner` -> `device_vm` -> `device` (+ `custom`,
+// Layers, each importing only from those before it: `config`, `error`, `memory`, `region` ->
+// `cluster_state`, `handles` -> `executor` -> `owner` -> `device_vm` -> `device` (+ `custom`,
 // `diagnostics`) -> `joint` -> `cluster` -> `comm`, `registry`.
 mod cluster;
 mod cluster_state;
@@ -57,6 +57,7 @@ mod device_vm;
 mod diagnostics;
 mod error;
 mod executor;
+mod handles;
 mod joint;
 mod memory;
 mod owner;
@@ -67,8 +68,9 @@ pub use cluster::MockCluster;
 pub use cluster_state::ExecutedOp;
 pub use comm::{MockCommunicator, PairGroups, collective, open_mock_world};
 pub use config::{DEFAULT_CAPACITY, FaultKind, MallocFault, MockConfig, OpDelays};
-pub use device::{MockDevice, MockEvent, MockStream};
+pub use device::MockDevice;
 pub use error::BACKEND_NAME;
+pub use handles::{MockEvent, MockStream};
 pub use joint::{JointGroup, JointOp};
 pub use memory::ALLOCATION_ALIGNMENT;
 /// The stream id race reports use for the host (a raw `free` racing with device work).

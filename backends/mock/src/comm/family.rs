@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 
 use super::collective;
 use super::pairs::PairGroups;
-use crate::device::{MockDevice, MockStream};
+use crate::device::MockDevice;
+use crate::handles::MockStream;
 use crate::joint::{JointGroup, JointOp};
 use crate::region::MemAccess;
 
