@@ -18,8 +18,10 @@
 //!   pages are reuses.
 //!
 //! The caller keeps whatever lock makes these steps atomic with its own state (the mock:
-//! its queues; the adaptor: its event matching), and decides the streams' numbering: a
-//! stream is its *component*, the index [`HappensBefore::add_stream`] returned.
+//! its queues; the adaptor: its event matching). Devices and streams are named by the
+//! indices [`HappensBefore::add_device`] and [`HappensBefore::add_stream`] returned (a
+//! stream's index is its clock *component*); another index is a caller bug and panics as
+//! an out-of-range slice index would.
 
 use std::ops::Range;
 use std::sync::Arc;
