@@ -2,9 +2,10 @@
 
 use memreuse_core::BackendError;
 
-use crate::device::{MockDevice, MockStream};
+use crate::cluster_state::{Op, Work};
+use crate::device::MockDevice;
+use crate::handles::MockStream;
 use crate::region::{JointBody, JointMemory, MemAccess};
-use crate::world::{Op, Work};
 
 impl MockDevice {
     /// Enqueues a custom op on `stream`: `body` runs in stream order with the `accesses`
@@ -18,7 +19,7 @@ impl MockDevice {
     ) -> Result<(), BackendError> {
         const CALL: &str = "enqueue_custom";
         let core = &self.owner.core;
-        let mut w = core.world.lock();
+        let mut w = core.state.lock();
         let s = self.stream_index(stream, CALL)?;
         let spans = self.spans(&w, CALL, accesses)?;
         let info = w.begin_op(s, name, &spans);

@@ -3,60 +3,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use memreuse_core::race::{OpInfo, VClock};
+use memreuse_core::race::VClock;
 use memreuse_core::{
     AccessKind, AllocationId, Backend, BackendError, Capabilities, DevicePtr, MemoryInfo,
     PhysicalHandle, RaceReport, StreamId,
 };
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::cluster_state::{ClusterState, Core, Op, Work};
 use crate::config::MockConfig;
 use crate::device_vm;
-use crate::error::{BACKEND_NAME, invalid};
+use crate::error::BACKEND_NAME;
 use crate::executor::{advance, wait_until};
+use crate::handles::{MockEvent, MockStream, Recorded};
 use crate::memory::Span;
+use crate::owner::Owner;
 use crate::region::MemAccess;
-use crate::world::{Core, Op, StreamState, Work, World};
-
-/// Stack of a stream's worker thread: it runs op bodies (copies, reductions) that never
-/// recurse; a replay at world size 1024 runs thousands of them, so the default 2 MiB each
-/// would reserve gigabytes of address space.
-const WORKER_STACK_BYTES: usize = 256 << 10;
-
-/// The stream id race reports use for the host (a raw `free` racing with device work).
-pub use memreuse_core::race::HOST_STREAM;
-
-/// Owns a cluster's execution: when the last device handle goes, the workers stop and
-/// queued work is dropped.
-pub(crate) struct Owner {
-    pub core: Arc<Core>,
-}
-
-impl Drop for Owner {
-    fn drop(&mut self) {
-        let leftovers = {
-            let mut w = self.core.world.lock();
-            w.shutdown = true;
-            for st in &w.streams {
-                st.wake.notify_all();
-            }
-            let queues: Vec<_> = w
-                .streams
-                .iter_mut()
-                .map(|s| std::mem::take(&mut s.queue))
-                .collect();
-            let slots: Vec<_> = w
-                .groups
-                .iter_mut()
-                .map(|g| std::mem::take(&mut g.slots))
-                .collect();
-            (queues, slots)
-        };
-        self.core.cv.notify_all();
-        // Bodies may own arbitrary values: drop them without the lock held.
-        drop(leftovers);
-    }
-}
 
 /// One simulated device: real host memory (or unbacked addresses), asynchronous streams,
 /// events, and a happens-before race detector. Cheap to clone (a handle).
@@ -76,49 +38,11 @@ impl std::fmt::Debug for MockDevice {
     }
 }
 
-/// A stream of a mock device. Plain data: equality and hashing follow the stream.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct MockStream {
-    cluster: u64,
-    device: usize,
-    index: usize,
-}
-
-/// Where an event was last recorded.
-#[derive(Clone)]
-struct Recorded {
-    stream: usize,
-    /// The stream position it completes at.
-    target: u64,
-    /// The stream's clock at the recording.
-    clock: VClock,
-}
-
-/// An event of a mock device.
-pub struct MockEvent {
-    cluster: u64,
-    device: usize,
-    state: Mutex<Option<Recorded>>,
-}
-
-impl std::fmt::Debug for MockEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let recorded = self.state.lock().as_ref().map(|r| (r.stream, r.target));
-        write!(
-            f,
-            "MockEvent(device {}, recorded {recorded:?})",
-            self.device
-        )
-    }
-}
-
 impl MockDevice {
     /// A standalone device (a cluster of one) with `config`.
     pub fn new(config: MockConfig) -> Result<MockDevice, BackendError> {
-        let mut devices = crate::cluster::MockCluster::new(1, config)?.into_devices();
-        devices
-            .pop()
-            .ok_or_else(|| crate::error::device("MockDevice::new", "no device created"))
+        let index = config.first_device_index;
+        Ok(MockDevice::from_parts(Owner::start(1, config)?, 0, index))
     }
 
     pub(crate) fn from_parts(owner: Arc<Owner>, slot: usize, index: usize) -> MockDevice {
@@ -130,12 +54,14 @@ impl MockDevice {
     }
 
     /// The race detector's annotation of a hand-out (the part of `annotate_allocation`
-    /// that takes the world lock).
+    /// that takes the cluster lock).
     #[inline(never)]
     fn annotate_locked(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {
-        self.core().world.lock().devices[self.slot]
-            .detector
-            .annotate(ptr.addr(), bytes, id);
+        self.core()
+            .state
+            .lock()
+            .hb
+            .annotate(self.slot, ptr.addr(), bytes, id);
     }
 
     /// The configuration of this device's cluster.
@@ -150,14 +76,22 @@ impl MockDevice {
         call: &'static str,
     ) -> Result<usize, BackendError> {
         if stream.cluster != self.core().uid || stream.device != self.slot {
-            return Err(invalid(call, "stream belongs to another mock device"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                "stream belongs to another mock device",
+            ));
         }
         Ok(stream.index)
     }
 
     fn check_event(&self, event: &MockEvent, call: &'static str) -> Result<(), BackendError> {
         if event.cluster != self.core().uid || event.device != self.slot {
-            return Err(invalid(call, "event belongs to another mock device"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                "event belongs to another mock device",
+            ));
         }
         Ok(())
     }
@@ -165,7 +99,7 @@ impl MockDevice {
     /// Validates declared accesses against this device's live allocations.
     pub(crate) fn spans(
         &self,
-        w: &World,
+        w: &ClusterState,
         call: &'static str,
         accesses: &[MemAccess],
     ) -> Result<Vec<(Span, AccessKind)>, BackendError> {
@@ -185,22 +119,27 @@ impl MockDevice {
         accesses: &[MemAccess],
         delay: Duration,
         work: impl FnOnce(&[(Span, AccessKind)]) -> Work,
-    ) -> Result<(MutexGuard<'_, World>, usize, u64, VClock), BackendError> {
-        let mut w = self.core().world.lock();
+    ) -> Result<(MutexGuard<'_, ClusterState>, usize, u64, VClock), BackendError> {
+        let mut w = self.core().state.lock();
         let s = self.stream_index(stream, call)?;
         let spans = self.spans(&w, call, accesses)?;
         let work = work(&spans);
         let info = w.begin_op(s, call, &spans);
         let pos = w.push(s, Op { info, delay, work });
-        let clock = w.streams[s].clock.clone();
+        let clock = w.hb.stream_clock(s).clone();
         self.core().cv.notify_all();
         Ok((w, s, pos, clock))
     }
 
     /// Host-observed completion: everything `clock` knows happened before the host's next
     /// decisions on this device.
-    fn observe(&self, w: &mut World, clock: &VClock) {
-        w.devices[self.slot].host.join(clock);
+    fn observe(&self, w: &mut ClusterState, clock: &VClock) {
+        w.hb.observe(self.slot, clock);
+    }
+
+    /// Runs `f` on the cluster's state with this device's slot (the virtual-memory calls).
+    fn vm<R>(&self, f: impl FnOnce(&mut ClusterState, usize) -> R) -> R {
+        f(&mut self.core().state.lock(), self.slot)
     }
 
     /// Enqueues a `micros`-long device-side busy period of kind-specific name `call`.
@@ -224,38 +163,6 @@ impl MockDevice {
             index,
         }
     }
-
-    /// Adds a stream to this device (and its worker thread in threaded mode).
-    pub(crate) fn add_stream(
-        core: &Arc<Core>,
-        w: &mut World,
-        slot: usize,
-    ) -> Result<usize, BackendError> {
-        let s = w.streams.len();
-        let clock = w.devices[slot].host.clone();
-        if w.rng.is_none() {
-            let worker_core = Arc::clone(core);
-            std::thread::Builder::new()
-                .name(format!("mock-dev{slot}-s{s}"))
-                .stack_size(WORKER_STACK_BYTES)
-                .spawn(move || crate::executor::worker(&worker_core, s))
-                .map_err(|e| {
-                    crate::error::device("create_stream", format!("worker thread: {e}"))
-                })?;
-        }
-        w.streams.push(StreamState {
-            device: slot,
-            clock,
-            queue: std::collections::VecDeque::new(),
-            enqueued: 0,
-            completed: 0,
-            running: false,
-            error: None,
-            wake: Arc::new(parking_lot::Condvar::new()),
-        });
-        w.devices[slot].streams.push(s);
-        Ok(s)
-    }
 }
 
 impl Backend for MockDevice {
@@ -271,7 +178,7 @@ impl Backend for MockDevice {
     }
 
     fn memory_info(&self) -> Result<MemoryInfo, BackendError> {
-        let (free, total) = self.core().world.lock().devices[self.slot].memory.info();
+        let (free, total) = self.core().state.lock().devices[self.slot].memory.info();
         Ok(MemoryInfo { free, total })
     }
 
@@ -291,69 +198,63 @@ impl Backend for MockDevice {
     }
 
     fn vm_reserve(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
-        device_vm::with_memory(self, |m| m.vm_reserve(bytes)).map(DevicePtr)
+        self.vm(|w, slot| device_vm::with_memory(w, slot, |m| m.vm_reserve(bytes)))
+            .map(DevicePtr)
     }
 
     fn vm_release(&self, base: DevicePtr) -> Result<(), BackendError> {
-        device_vm::with_memory(self, |m| m.vm_release(base.addr()))
+        self.vm(|w, slot| device_vm::with_memory(w, slot, |m| m.vm_release(base.addr())))
     }
 
     fn vm_create_physical(&self, bytes: u64) -> Result<PhysicalHandle, BackendError> {
-        device_vm::with_memory(self, |m| m.vm_create_physical(bytes)).map(PhysicalHandle)
+        self.vm(|w, slot| device_vm::with_memory(w, slot, |m| m.vm_create_physical(bytes)))
+            .map(PhysicalHandle)
     }
 
     fn vm_release_physical(&self, handle: PhysicalHandle) -> Result<(), BackendError> {
-        device_vm::with_memory(self, |m| m.vm_release_physical(handle.0))
+        self.vm(|w, slot| device_vm::with_memory(w, slot, |m| m.vm_release_physical(handle.0)))
     }
 
     fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
-        device_vm::map(self, at, handle)
+        self.vm(|w, slot| device_vm::map(w, slot, at, handle))
     }
 
     fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
-        device_vm::unmap(self, at, bytes)
+        self.vm(|w, slot| device_vm::unmap(w, slot, at, bytes))
     }
 
     fn async_error(&self) -> Option<BackendError> {
-        self.core().world.lock().devices[self.slot]
+        self.core().state.lock().devices[self.slot]
             .last_error
             .clone()
     }
 
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
-        let mut w = self.core().world.lock();
-        let detect = w.race_detection;
-        let dev = &mut w.devices[self.slot];
-        let addr = dev.memory.malloc(bytes)?;
-        if detect {
-            dev.detector.track_allocation(addr, bytes);
-        }
+        let mut w = self.core().state.lock();
+        let addr = w.devices[self.slot].memory.malloc(bytes)?;
+        w.hb.allocated(self.slot, addr, bytes);
         Ok(DevicePtr(addr))
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
-        let mut w = self.core().world.lock();
-        let detect = w.race_detection;
-        let dev = &mut w.devices[self.slot];
-        dev.memory.exact(ptr.addr())?;
+        let mut w = self.core().state.lock();
+        w.devices[self.slot].memory.exact(ptr.addr())?;
         // The host frees: every access to the allocation must be known complete by now.
-        if detect {
-            dev.detector.free(ptr.addr(), &dev.host);
-        }
-        let removed = dev.memory.remove(ptr.addr());
+        w.hb.freed(self.slot, ptr.addr());
+        let removed = w.devices[self.slot].memory.remove(ptr.addr());
         drop(w);
         drop(removed);
         Ok(())
     }
 
     fn default_stream(&self) -> MockStream {
-        let w = self.core().world.lock();
-        self.stream_handle(w.devices[self.slot].streams[0])
+        let w = self.core().state.lock();
+        self.stream_handle(w.hb.device_streams(self.slot)[0])
     }
 
     fn create_stream(&self) -> Result<MockStream, BackendError> {
-        let mut w = self.core().world.lock();
-        let s = MockDevice::add_stream(&self.owner.core, &mut w, self.slot)?;
+        let mut w = self.core().state.lock();
+        let s = Owner::add_stream(&self.owner.core, &mut w, self.slot)?;
         Ok(self.stream_handle(s))
     }
 
@@ -375,13 +276,12 @@ impl Backend for MockDevice {
 
     fn record_event(&self, event: &MockEvent, stream: &MockStream) -> Result<(), BackendError> {
         self.check_event(event, "record_event")?;
-        let w = self.core().world.lock();
+        let w = self.core().state.lock();
         let s = self.stream_index(stream, "record_event")?;
-        let st = &w.streams[s];
         *event.state.lock() = Some(Recorded {
             stream: s,
-            target: st.enqueued,
-            clock: st.clock.clone(),
+            target: w.streams[s].enqueued,
+            clock: w.hb.stream_clock(s).clone(),
         });
         Ok(())
     }
@@ -391,7 +291,7 @@ impl Backend for MockDevice {
         let Some(rec) = event.state.lock().clone() else {
             return Ok(true);
         };
-        let mut w = self.core().world.lock();
+        let mut w = self.core().state.lock();
         if w.streams[rec.stream].completed < rec.target
             && let Some(rng) = w.rng.as_mut()
         {
@@ -414,7 +314,7 @@ impl Backend for MockDevice {
         let Some(rec) = event.state.lock().clone() else {
             return Ok(());
         };
-        let mut w = self.core().world.lock();
+        let mut w = self.core().state.lock();
         wait_until(self.core(), &mut w, "synchronize_event", |w| {
             w.streams[rec.stream].completed >= rec.target
         })?;
@@ -435,16 +335,10 @@ impl Backend for MockDevice {
         let Some(rec) = event.state.lock().clone() else {
             return Ok(());
         };
-        let mut w = self.core().world.lock();
-        w.streams[s].clock.join(&rec.clock);
-        let desc = w.describe(self.slot, "stream_wait_event");
-        let seq = w.next_op;
-        w.next_op += 1;
-        let info = Arc::new(OpInfo {
-            seq,
-            desc,
-            stream: StreamId(s as u64),
-        });
+        let mut w = self.core().state.lock();
+        w.hb.wait(s, &rec.clock);
+        // A queue entry, not an op of the stream's clock: it orders through the join above.
+        let info = w.hb.op_info(s, "stream_wait_event");
         w.push(
             s,
             Op {
@@ -462,9 +356,9 @@ impl Backend for MockDevice {
 
     fn synchronize_stream(&self, stream: &MockStream) -> Result<(), BackendError> {
         let s = self.stream_index(stream, "synchronize_stream")?;
-        let mut w = self.core().world.lock();
+        let mut w = self.core().state.lock();
         let target = w.streams[s].enqueued;
-        let clock = w.streams[s].clock.clone();
+        let clock = w.hb.stream_clock(s).clone();
         wait_until(self.core(), &mut w, "synchronize_stream", |w| {
             w.streams[s].completed >= target
         })?;
@@ -476,16 +370,13 @@ impl Backend for MockDevice {
     }
 
     fn synchronize_device(&self) -> Result<(), BackendError> {
-        let mut w = self.core().world.lock();
-        let streams = w.devices[self.slot].streams.clone();
-        let targets: Vec<(usize, u64)> = streams
-            .iter()
-            .map(|&s| (s, w.streams[s].enqueued))
-            .collect();
-        let mut clock = VClock::default();
-        for &s in &streams {
-            clock.join(&w.streams[s].clock);
-        }
+        let mut w = self.core().state.lock();
+        let targets: Vec<(usize, u64)> =
+            w.hb.device_streams(self.slot)
+                .iter()
+                .map(|&s| (s, w.streams[s].enqueued))
+                .collect();
+        let clock = w.hb.device_clock(self.slot);
         wait_until(self.core(), &mut w, "synchronize_device", |w| {
             targets.iter().all(|&(s, t)| w.streams[s].completed >= t)
         })?;
@@ -576,7 +467,8 @@ impl Backend for MockDevice {
         if src.addr() < dst.addr().saturating_add(bytes)
             && dst.addr() < src.addr().saturating_add(bytes)
         {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 CALL,
                 format!("source {src} and destination {dst} overlap for {bytes} bytes"),
             ));
@@ -611,7 +503,7 @@ impl Backend for MockDevice {
     }
 
     fn set_op_label(&self, label: &str) {
-        self.core().world.lock().devices[self.slot].label = Arc::from(label);
+        self.core().state.lock().hb.set_label(self.slot, label);
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
@@ -620,11 +512,6 @@ impl Backend for MockDevice {
         if !self.config().race_detection {
             return None;
         }
-        Some(
-            self.core().world.lock().devices[self.slot]
-                .detector
-                .reports()
-                .to_vec(),
-        )
+        Some(self.core().state.lock().hb.reports(self.slot).to_vec())
     }
 }

@@ -1,5 +1,7 @@
-//! Constructors for the [`BackendError`]s the mock returns, so every message names the
-//! backend the same way.
+//! Constructors for the mock's own [`BackendError`]s (injected faults, timeouts, internal
+//! failures), so every message names the backend the same way; refused arguments and
+//! out-of-memory use core's [`BackendError::invalid_argument`] and
+//! [`BackendError::out_of_memory`] with [`BACKEND_NAME`].
 
 use std::time::Duration;
 
@@ -7,24 +9,6 @@ use memreuse_core::BackendError;
 
 /// The backend name in every error and in the registry.
 pub const BACKEND_NAME: &str = "mock";
-
-/// A refused argument to `call`.
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::InvalidArgument {
-        backend: BACKEND_NAME.to_owned(),
-        call,
-        reason: reason.into(),
-    }
-}
-
-/// The device cannot provide `requested` bytes.
-pub(crate) fn out_of_memory(requested: u64, detail: impl Into<String>) -> BackendError {
-    BackendError::OutOfMemory {
-        backend: BACKEND_NAME.to_owned(),
-        requested,
-        detail: detail.into(),
-    }
-}
 
 /// A fault planted on purpose.
 pub(crate) fn injected(what: impl Into<String>) -> BackendError {

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use memreuse_core::BackendError;
 use parking_lot::MutexGuard;
 
-use crate::error::timeout;
+use crate::cluster_state::{ClusterState, Core, ExecutedOp, Op, Part, Work};
+use crate::error::{BACKEND_NAME, timeout};
 use crate::region::{JointMemory, JointRegions};
-use crate::world::{Core, ExecutedOp, Op, Part, Work, World};
 
 /// Where a stream's head entry stands.
 enum Head {
@@ -66,7 +66,7 @@ struct Job {
     action: Action,
 }
 
-impl World {
+impl ClusterState {
     fn head(&mut self, s: usize, now: Instant) -> Head {
         let st = &self.streams[s];
         if st.running {
@@ -106,7 +106,7 @@ impl World {
     /// participant stream is idle with it in its head entry. Starts its timeout the first
     /// time it is looked at, and fails it once the timeout passed.
     fn item_state(&mut self, group: usize, k: u64, now: Instant) -> Head {
-        let at_head = |w: &World, s: usize| {
+        let at_head = |w: &ClusterState, s: usize| {
             let st = &w.streams[s];
             !st.running
                 && st.queue.front().is_some_and(|op| match &op.work {
@@ -311,7 +311,7 @@ impl World {
 }
 
 impl Action {
-    /// Executes the job (called without the world lock).
+    /// Executes the job (called without the cluster lock).
     fn run(self, backed: bool) -> Result<(), BackendError> {
         match self {
             Action::Plain(op) => {
@@ -381,7 +381,8 @@ fn run_joint(desc: &str, parts: Vec<Part>, backed: bool) -> Result<(), BackendEr
     if let Some(first) = parts.first()
         && let Some(other) = parts.iter().find(|p| p.name != first.name)
     {
-        return Err(crate::error::invalid(
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
             "joint op",
             format!(
                 "ranks issued different ops at the same position: `{}` and `{}` ({desc})",
@@ -409,7 +410,7 @@ fn run_joint(desc: &str, parts: Vec<Part>, backed: bool) -> Result<(), BackendEr
 }
 
 /// Runs `job` with the lock released, then retires it and wakes every waiter.
-fn run_job(core: &Core, w: &mut MutexGuard<'_, World>, job: Job) {
+fn run_job(core: &Core, w: &mut MutexGuard<'_, ClusterState>, job: Job) {
     let Job { meta, action } = job;
     let backed = core.config.backing;
     let result = MutexGuard::unlocked(w, || action.run(backed));
@@ -419,7 +420,7 @@ fn run_job(core: &Core, w: &mut MutexGuard<'_, World>, job: Job) {
 
 /// Threaded mode: the loop of stream `s`'s worker thread.
 pub(crate) fn worker(core: &Arc<Core>, s: usize) {
-    let mut w = core.world.lock();
+    let mut w = core.state.lock();
     loop {
         if w.shutdown {
             return;
@@ -445,7 +446,7 @@ pub(crate) fn worker(core: &Arc<Core>, s: usize) {
 
 /// Deterministic mode: runs one seeded pick among the ready heads. Returns `Err(deadline)`
 /// (the earliest joint timeout, if any) when nothing is ready or another thread drives.
-fn step(core: &Core, w: &mut MutexGuard<'_, World>) -> Result<(), Option<Instant>> {
+fn step(core: &Core, w: &mut MutexGuard<'_, ClusterState>) -> Result<(), Option<Instant>> {
     if w.driving {
         return Err(None);
     }
@@ -465,7 +466,7 @@ fn step(core: &Core, w: &mut MutexGuard<'_, World>) -> Result<(), Option<Instant
 
 /// Deterministic mode: lets the device advance up to `steps` ops (a non-blocking query
 /// observes a seeded amount of progress). No-op in threaded mode.
-pub(crate) fn advance(core: &Core, w: &mut MutexGuard<'_, World>, steps: usize) {
+pub(crate) fn advance(core: &Core, w: &mut MutexGuard<'_, ClusterState>, steps: usize) {
     if w.rng.is_none() {
         return;
     }
@@ -480,9 +481,9 @@ pub(crate) fn advance(core: &Core, w: &mut MutexGuard<'_, World>, steps: usize) 
 /// with a timeout after the configured `sync_timeout`.
 pub(crate) fn wait_until(
     core: &Core,
-    w: &mut MutexGuard<'_, World>,
+    w: &mut MutexGuard<'_, ClusterState>,
     what: &str,
-    done: impl Fn(&World) -> bool,
+    done: impl Fn(&ClusterState) -> bool,
 ) -> Result<(), BackendError> {
     let limit = core.config.sync_timeout;
     let deadline = Instant::now() + limit;

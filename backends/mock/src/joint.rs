@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use memreuse_core::{AccessKind, BackendError};
 
-use crate::device::{MockDevice, MockStream, Owner};
-use crate::error::{injected, invalid};
+use crate::cluster_state::{ClusterState, GroupState, JointEntry, JointItem, Op, Part, Slot, Work};
+use crate::device::MockDevice;
+use crate::error::{BACKEND_NAME, injected};
+use crate::handles::MockStream;
 use crate::memory::Span;
+use crate::owner::Owner;
 use crate::region::{JointBody, JointMemory, MemAccess};
-use crate::world::{GroupState, JointEntry, JointItem, Op, Part, Slot, Work, World};
 
 /// One rank's share of a joint op, built with the methods below and passed to
 /// [`JointGroup::submit`].
@@ -94,7 +96,8 @@ impl JointGroup {
     /// A group whose rank `r` runs on `devices[r]`; all must belong to one cluster.
     pub fn new(devices: &[MockDevice]) -> Result<JointGroup, BackendError> {
         let Some(first) = devices.first() else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "JointGroup::new",
                 "a group needs at least one device",
             ));
@@ -103,12 +106,13 @@ impl JointGroup {
             .iter()
             .any(|d| !Arc::ptr_eq(&d.owner.core, &first.owner.core))
         {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "JointGroup::new",
                 "all devices of a group must belong to one MockCluster",
             ));
         }
-        let mut w = first.owner.core.world.lock();
+        let mut w = first.owner.core.state.lock();
         let id = w.groups.len();
         w.groups.push(GroupState {
             devices: devices.iter().map(|d| d.slot).collect(),
@@ -139,7 +143,7 @@ impl JointGroup {
     /// returns) fails with [`BackendError::Injected`] on every rank instead of running.
     /// No effect on an op that already started.
     pub fn inject_failure(&self, k: u64) {
-        let mut w = self.owner.core.world.lock();
+        let mut w = self.owner.core.state.lock();
         let group = &mut w.groups[self.id];
         match group.slots.get_mut(&k) {
             Some(slot) => {
@@ -161,7 +165,7 @@ impl JointGroup {
     /// later, fails on every rank (with a `Device` error naming `reason`) instead of
     /// waiting for peers. Ops already running finish.
     pub fn abort(&self, reason: &str) {
-        let mut w = self.owner.core.world.lock();
+        let mut w = self.owner.core.state.lock();
         let group = &mut w.groups[self.id];
         let err = crate::error::aborted(reason);
         for slot in group.slots.values_mut() {
@@ -199,10 +203,15 @@ impl JointGroup {
     ) -> Result<Vec<u64>, BackendError> {
         const CALL: &str = "joint op";
         let Some((first, first_rank, _)) = ops.first() else {
-            return Err(invalid(CALL, "an empty batch"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                CALL,
+                "an empty batch",
+            ));
         };
         let Some(device) = first.devices.get(*first_rank) else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 CALL,
                 format!(
                     "rank {first_rank} out of range for a group of {}",
@@ -215,13 +224,15 @@ impl JointGroup {
                 Some(d)
                     if Arc::ptr_eq(&d.owner.core, &device.owner.core) && d.slot == device.slot => {}
                 Some(_) => {
-                    return Err(invalid(
+                    return Err(BackendError::invalid_argument(
+                        BACKEND_NAME,
                         CALL,
                         "every op of a batch must be a share of the stream's own device",
                     ));
                 }
                 None => {
-                    return Err(invalid(
+                    return Err(BackendError::invalid_argument(
+                        BACKEND_NAME,
                         CALL,
                         format!("rank {rank} out of range for a group of {}", group.size()),
                     ));
@@ -229,7 +240,7 @@ impl JointGroup {
             }
         }
         let core = &device.owner.core;
-        let mut w = core.world.lock();
+        let mut w = core.state.lock();
         let s = device.stream_index(stream, CALL)?;
         // Validate everything before changing anything.
         let spans: Vec<Vec<(Span, AccessKind)>> = ops
@@ -243,7 +254,7 @@ impl JointGroup {
             .collect::<Vec<_>>()
             .join("+");
         let info = w.begin_op(s, &name, &all);
-        let clock = w.streams[s].clock.clone();
+        let clock = w.hb.stream_clock(s).clone();
         let mut items = Vec::with_capacity(ops.len());
         for ((group, rank, op), spans) in ops.into_iter().zip(spans) {
             let timeout = op.timeout.unwrap_or(core.config.joint_timeout);
@@ -278,7 +289,7 @@ impl JointGroup {
 
 /// Registers `part` as rank `rank`'s share of `group`'s next joint op; returns its number.
 fn arrive(
-    w: &mut World,
+    w: &mut ClusterState,
     group_id: usize,
     rank: usize,
     s: usize,
@@ -317,14 +328,8 @@ fn arrive(
     if slot.arrived == size {
         // A collective orders everything before it on every participant before
         // everything after it on any participant.
-        let mut joint = memreuse_core::race::VClock::default();
-        for p in slot.parts.iter().flatten() {
-            joint.join(&p.clock);
-        }
         let streams: Vec<usize> = slot.streams.iter().flatten().copied().collect();
-        for p in streams {
-            w.streams[p].clock.join(&joint);
-        }
+        w.hb.meet(&streams, slot.parts.iter().flatten().map(|p| &p.clock));
     }
     k
 }

@@ -14,8 +14,8 @@
 //!   generator among the streams whose head op is ready, so a single-threaded host
 //!   program replays the same execution order from the same seed.
 //! - **Race detector**: vector clocks per stream and per device host, checked at enqueue
-//!   time for every declared access (see `world.rs`; the engine is core's
-//!   `memreuse_core::race::DeviceDetector`, shared with the `RaceChecker` adaptor); reports are
+//!   time for every declared access (core's `memreuse_core::race::HappensBefore`, the
+//!   layer the `RaceChecker` adaptor drives too, kept in `cluster_state.rs`); reports are
 //!   classified [`memreuse_core::RaceKind::Schedule`] or `Reuse` by the allocator's
 //!   `annotate_allocation` ids.
 //! - **Clusters and joint ops** ([`MockCluster`], [`JointGroup`], [`JointOp`]): ops
@@ -44,7 +44,11 @@
 
 #![forbid(unsafe_code)]
 
+// Layers, each importing only from those before it: `config`, `error`, `memory`, `region` ->
+// `cluster_state`, `handles` -> `executor` -> `owner` -> `device_vm` -> `device` (+ `custom`,
+// `diagnostics`) -> `joint` -> `cluster` -> `comm`, `registry`.
 mod cluster;
+mod cluster_state;
 mod comm;
 mod config;
 mod custom;
@@ -53,18 +57,22 @@ mod device_vm;
 mod diagnostics;
 mod error;
 mod executor;
+mod handles;
 mod joint;
 mod memory;
+mod owner;
 mod region;
 mod registry;
-mod world;
 
 pub use cluster::MockCluster;
+pub use cluster_state::ExecutedOp;
 pub use comm::{MockCommunicator, PairGroups, collective, open_mock_world};
 pub use config::{DEFAULT_CAPACITY, FaultKind, MallocFault, MockConfig, OpDelays};
-pub use device::{HOST_STREAM, MockDevice, MockEvent, MockStream};
+pub use device::MockDevice;
 pub use error::BACKEND_NAME;
+pub use handles::{MockEvent, MockStream};
 pub use joint::{JointGroup, JointOp};
 pub use memory::ALLOCATION_ALIGNMENT;
+/// The stream id race reports use for the host (a raw `free` racing with device work).
+pub use memreuse_core::race::HOST_STREAM;
 pub use region::{JointBody, JointMemory, MemAccess};
-pub use world::ExecutedOp;

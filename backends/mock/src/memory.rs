@@ -12,7 +12,7 @@ use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
 use crate::config::{FaultKind, MallocFault};
-use crate::error::{injected, invalid, out_of_memory};
+use crate::error::{BACKEND_NAME, injected};
 
 mod vm;
 
@@ -130,11 +130,16 @@ impl Memory {
     pub(crate) fn malloc(&mut self, bytes: u64) -> Result<u64, BackendError> {
         self.planned_fault(bytes)?;
         if bytes == 0 {
-            return Err(invalid("malloc", "zero-byte allocation"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "malloc",
+                "zero-byte allocation",
+            ));
         }
         let free = self.capacity.saturating_sub(self.used);
         if bytes > free {
-            return Err(out_of_memory(
+            return Err(BackendError::out_of_memory(
+                BACKEND_NAME,
                 bytes,
                 format!("{free} bytes free of {} total", self.capacity),
             ));
@@ -142,16 +147,28 @@ impl Memory {
         let span = bytes
             .checked_next_multiple_of(ALLOCATION_ALIGNMENT)
             .and_then(|s| s.checked_add(GUARD_GAP))
-            .ok_or_else(|| out_of_memory(bytes, "request exceeds the address space"))?;
+            .ok_or_else(|| {
+                BackendError::out_of_memory(
+                    BACKEND_NAME,
+                    bytes,
+                    "request exceeds the address space",
+                )
+            })?;
         if span > self.end_addr - self.next_addr {
-            return Err(out_of_memory(bytes, "fake address space exhausted"));
+            return Err(BackendError::out_of_memory(
+                BACKEND_NAME,
+                bytes,
+                "fake address space exhausted",
+            ));
         }
         let data = if self.backing {
-            let len = usize::try_from(bytes)
-                .map_err(|_| out_of_memory(bytes, "larger than host address space"))?;
+            let len = usize::try_from(bytes).map_err(|_| {
+                BackendError::out_of_memory(BACKEND_NAME, bytes, "larger than host address space")
+            })?;
             let mut v = Vec::new();
-            v.try_reserve_exact(len)
-                .map_err(|e| out_of_memory(bytes, format!("host memory: {e}")))?;
+            v.try_reserve_exact(len).map_err(|e| {
+                BackendError::out_of_memory(BACKEND_NAME, bytes, format!("host memory: {e}"))
+            })?;
             v.resize(len, FILL_BYTE);
             Some(Arc::new(Mutex::new(v)))
         } else {
@@ -181,7 +198,11 @@ impl Memory {
             self.fault = None;
             let what = format!("raw malloc #{} of {bytes} bytes", self.malloc_calls);
             return Err(match f.kind {
-                FaultKind::OutOfMemory => out_of_memory(bytes, format!("injected fault: {what}")),
+                FaultKind::OutOfMemory => BackendError::out_of_memory(
+                    BACKEND_NAME,
+                    bytes,
+                    format!("injected fault: {what}"),
+                ),
                 FaultKind::Injected => injected(what),
             });
         }
@@ -191,12 +212,14 @@ impl Memory {
     /// The live allocation starting exactly at `ptr`, for `free` to check first.
     pub(crate) fn exact(&self, ptr: u64) -> Result<&RawAlloc, BackendError> {
         match self.allocs.get(&ptr) {
-            Some(a) if a.mapped.is_some() => Err(invalid(
+            Some(a) if a.mapped.is_some() => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "free",
                 format!("{ptr:#x} is a vm_map mapping: vm_unmap it instead"),
             )),
             Some(a) => Ok(a),
-            None => Err(invalid(
+            None => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "free",
                 format!("{ptr:#x} is not the start of a live raw allocation"),
             )),
@@ -218,13 +241,15 @@ impl Memory {
         bytes: u64,
     ) -> Result<Span, BackendError> {
         let end = ptr.checked_add(bytes).ok_or_else(|| {
-            invalid(
+            BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!("range {ptr:#x} + {bytes} overflows the address space"),
             )
         })?;
         let Some((&base, alloc)) = self.allocs.range(..=ptr).next_back() else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!("{ptr:#x} is not in a live raw allocation"),
             ));
@@ -235,7 +260,8 @@ impl Memory {
             return self.vm_span(call, ptr, end);
         }
         if end > base + alloc.len || ptr >= base + alloc.len.max(1) {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!(
                     "range [{ptr:#x}, {end:#x}) is not inside one live raw allocation \

@@ -4,7 +4,7 @@
 use memreuse_core::{AccessKind, BackendError, DevicePtr};
 use parking_lot::MutexGuard;
 
-use crate::error::invalid;
+use crate::error::BACKEND_NAME;
 use crate::memory::Span;
 
 /// The data movement of a joint or custom op. It runs once, on a worker (or the driving
@@ -113,7 +113,8 @@ impl<'a> JointMemory<'a> {
             .copied()
             .filter(|(g, _, _)| *g < self.guards.len())
             .ok_or_else(|| {
-                invalid(
+                BackendError::invalid_argument(
+                    BACKEND_NAME,
                     "JointMemory",
                     format!("rank {rank} has no backed region {region}"),
                 )

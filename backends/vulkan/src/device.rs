@@ -22,7 +22,7 @@ use crate::delay::Delays;
 use crate::handles::{Gate, VulkanEvent, VulkanStream};
 use crate::memory::{ADDRESS_ALIGNMENT, AddressSpace, Allocation, Span};
 use crate::raw::RawDevice;
-use crate::result::{BACKEND, invalid};
+use crate::result::BACKEND;
 use crate::sched::{Sched, host_wait};
 use crate::sys::{Context, context};
 
@@ -148,7 +148,11 @@ impl VulkanDevice {
         if s.device_uid == self.inner.uid {
             Ok(())
         } else {
-            Err(invalid(call, format!("{s:?} belongs to another device")))
+            Err(BackendError::invalid_argument(
+                BACKEND,
+                call,
+                format!("{s:?} belongs to another device"),
+            ))
         }
     }
 
@@ -293,7 +297,8 @@ impl Backend for VulkanDevice {
     fn record_event(&self, event: &VulkanEvent, stream: &VulkanStream) -> Result<(), BackendError> {
         self.check_stream("record_event", stream)?;
         if event.device_uid != self.inner.uid {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND,
                 "record_event",
                 "the event belongs to another device",
             ));
@@ -328,7 +333,8 @@ impl Backend for VulkanDevice {
     ) -> Result<(), BackendError> {
         self.check_stream("stream_wait_event", stream)?;
         if event.device_uid != self.inner.uid {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND,
                 "stream_wait_event",
                 "the event belongs to another device",
             ));
@@ -458,7 +464,8 @@ impl Backend for VulkanDevice {
             && to.offset < from.offset + bytes
             && from.offset < to.offset + bytes
         {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND,
                 "copy_device_to_device",
                 format!(
                     "[{src}, +{bytes}) and [{dst}, +{bytes}) overlap; vkCmdCopyBuffer needs disjoint ranges"

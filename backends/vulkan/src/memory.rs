@@ -14,7 +14,7 @@ use ash::vk;
 use memreuse_core::{BackendError, DevicePtr};
 
 use crate::raw::RawDevice;
-use crate::result::{invalid, out_of_memory, vk_alloc_check, vk_check};
+use crate::result::{BACKEND, vk_alloc_check, vk_check};
 
 /// Alignment of every synthetic address (and so of every raw allocation).
 pub const ADDRESS_ALIGNMENT: u64 = 4096;
@@ -62,7 +62,8 @@ impl Allocation {
         if needs.memory_type_bits & (1 << memory_type) == 0 {
             // SAFETY: unused buffer of `d`.
             unsafe { d.destroy_buffer(buffer, None) };
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND,
                 "malloc",
                 format!("memory type {memory_type} cannot back a transfer buffer"),
             ));
@@ -199,10 +200,15 @@ impl AddressSpace {
     /// Checks `bytes` against capacity and the driver's limit and reserves an address.
     pub fn reserve(&mut self, bytes: u64, max_allocation: u64) -> Result<u64, BackendError> {
         if bytes == 0 {
-            return Err(invalid("malloc", "0 bytes requested; ask for at least 1"));
+            return Err(BackendError::invalid_argument(
+                BACKEND,
+                "malloc",
+                "0 bytes requested; ask for at least 1",
+            ));
         }
         if bytes > max_allocation {
-            return Err(out_of_memory(
+            return Err(BackendError::out_of_memory(
+                BACKEND,
                 bytes,
                 format!(
                     "larger than the driver's maxMemoryAllocationSize of {max_allocation} bytes"
@@ -210,14 +216,16 @@ impl AddressSpace {
             ));
         }
         if self.used.saturating_add(bytes) > self.capacity {
-            return Err(out_of_memory(
+            return Err(BackendError::out_of_memory(
+                BACKEND,
                 bytes,
                 format!("capacity {} bytes, {} in use", self.capacity, self.used),
             ));
         }
         let size = bytes.div_ceil(ADDRESS_ALIGNMENT) * ADDRESS_ALIGNMENT;
         if self.end - self.next < size {
-            return Err(out_of_memory(
+            return Err(BackendError::out_of_memory(
+                BACKEND,
                 bytes,
                 "the device's synthetic address space (1 TiB) is used up".to_owned(),
             ));
@@ -238,7 +246,8 @@ impl AddressSpace {
     /// Forgets the allocation starting at `ptr` (its memory goes when the last user drops).
     pub fn remove(&mut self, ptr: DevicePtr) -> Result<Arc<Allocation>, BackendError> {
         let alloc = self.live.remove(&ptr.addr()).ok_or_else(|| {
-            invalid(
+            BackendError::invalid_argument(
+                BACKEND,
                 "free",
                 format!("{ptr} is not the start of a live allocation of this device"),
             )
@@ -264,14 +273,16 @@ impl AddressSpace {
                     len,
                 })
             }
-            Some(a) if addr < a.base + a.size => Err(invalid(
+            Some(a) if addr < a.base + a.size => Err(BackendError::invalid_argument(
+                BACKEND,
                 call,
                 format!(
                     "[{ptr}, +{len}) runs past the end of the allocation [{:#x}, +{})",
                     a.base, a.size
                 ),
             )),
-            _ => Err(invalid(
+            _ => Err(BackendError::invalid_argument(
+                BACKEND,
                 call,
                 format!("{ptr} is not inside a live allocation of this device"),
             )),

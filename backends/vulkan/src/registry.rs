@@ -9,7 +9,7 @@ use memreuse_core::{
 
 use crate::comm::{VulkanCommunicator, communicators};
 use crate::device::{DeviceConfig, VulkanDevice};
-use crate::result::{BACKEND, invalid};
+use crate::result::BACKEND;
 use crate::sys::context;
 
 /// Variable setting how many memreuse devices (logical `VkDevice`s) the backend offers.
@@ -28,7 +28,8 @@ pub fn parse_device_count(value: Option<&str>) -> Result<usize, BackendError> {
     };
     match raw.trim().parse::<usize>() {
         Ok(n) if (1..=MAX_DEVICES).contains(&n) => Ok(n),
-        _ => Err(invalid(
+        _ => Err(BackendError::invalid_argument(
+            BACKEND,
             "device_count",
             format!("{DEVICES_VAR}={raw:?}: expected a whole number from 1 to {MAX_DEVICES}"),
         )),
@@ -69,7 +70,11 @@ pub fn open_vulkan_world(
 ) -> Result<Vec<(VulkanDevice, VulkanCommunicator)>, BackendError> {
     let n = options.world_size;
     if n == 0 {
-        return Err(invalid("open_world", "a world needs at least one rank"));
+        return Err(BackendError::invalid_argument(
+            BACKEND,
+            "open_world",
+            "a world needs at least one rank",
+        ));
     }
     // As the mock's: a host wait twice as long as a missing peer is given is stuck.
     let host_timeout = options.timeout.saturating_mul(2);

@@ -34,31 +34,13 @@ pub fn vk_alloc_check(code: vk::Result, call: &'static str, requested: u64) -> B
     if code == vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
         || code == vk::Result::ERROR_OUT_OF_HOST_MEMORY
     {
-        return BackendError::OutOfMemory {
-            backend: BACKEND.to_owned(),
+        return BackendError::out_of_memory(
+            BACKEND,
             requested,
-            detail: format!("{call} returned {code:?}"),
-        };
+            format!("{call} returned {code:?}"),
+        );
     }
     vk_check(code, call)
-}
-
-/// An argument refused on the Rust side before any Vulkan call.
-pub fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::InvalidArgument {
-        backend: BACKEND.to_owned(),
-        call,
-        reason: reason.into(),
-    }
-}
-
-/// The backend's own out-of-memory refusal (capacity or driver limit).
-pub fn out_of_memory(requested: u64, detail: String) -> BackendError {
-    BackendError::OutOfMemory {
-        backend: BACKEND.to_owned(),
-        requested,
-        detail,
-    }
 }
 
 #[cfg(test)]

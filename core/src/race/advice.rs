@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use super::device::HOST_STREAM;
+use super::op::HOST_STREAM;
 use super::report::{RaceKind, RaceReport};
 use crate::ids::{AllocationId, StreamId};
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::clock::VClock;
-use super::device::OpInfo;
+use super::op::OpInfo;
 use super::report::{AccessKind, RaceAccess};
 use crate::ids::AllocationId;
 

@@ -14,7 +14,7 @@
 
 use memreuse_core::BackendError;
 
-use crate::error::invalid;
+use crate::error::BACKEND_NAME;
 use crate::region::JointMemory;
 
 /// Little-endian f32 values of `bytes` (a trailing partial element is ignored).
@@ -43,7 +43,8 @@ fn same_len(
     for r in 1..mem.ranks() {
         let other = mem.bytes(r, region)?.len();
         if other != len {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 what,
                 format!("rank 0 passes {len} bytes but rank {r} passes {other}"),
             ));
@@ -98,7 +99,11 @@ pub fn all_gather(mem: &mut JointMemory<'_>) -> Result<(), BackendError> {
     for r in 0..mem.ranks() {
         let out = mem.bytes_mut(r, 1)?;
         if out.len() != gathered.len() {
-            return Err(invalid("all_gather", "output is not input x group size"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "all_gather",
+                "output is not input x group size",
+            ));
         }
         out.copy_from_slice(&gathered);
     }
@@ -119,7 +124,8 @@ pub fn reduce_scatter(
     for r in 0..ranks {
         let out = mem.bytes_mut(r, 1)?;
         if out.len() != chunk * 4 {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "reduce_scatter",
                 "input is not output x group size",
             ));
@@ -135,7 +141,8 @@ pub fn all_to_all(mem: &mut JointMemory<'_>) -> Result<(), BackendError> {
     let total = same_len(mem, 0, "all_to_all")?;
     let ranks = mem.ranks();
     if total % ranks != 0 {
-        return Err(invalid(
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
             "all_to_all",
             "length not divisible by the group size",
         ));
@@ -149,7 +156,11 @@ pub fn all_to_all(mem: &mut JointMemory<'_>) -> Result<(), BackendError> {
     for j in 0..ranks {
         let out = mem.bytes_mut(j, 1)?;
         if out.len() != total {
-            return Err(invalid("all_to_all", "input and output lengths differ"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "all_to_all",
+                "input and output lengths differ",
+            ));
         }
         for (i, input) in inputs.iter().enumerate() {
             out[i * chunk..(i + 1) * chunk].copy_from_slice(&input[j * chunk..(j + 1) * chunk]);

@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 
 use super::collective;
 use super::pairs::PairGroups;
-use crate::device::{MockDevice, MockStream};
+use crate::device::MockDevice;
+use crate::handles::MockStream;
 use crate::joint::{JointGroup, JointOp};
 use crate::region::MemAccess;
 
@@ -81,13 +82,6 @@ impl std::fmt::Debug for MockCommunicator {
     }
 }
 
-fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
-    CommError::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
 fn bytes_of(count: usize, dtype: DType) -> u64 {
     count as u64 * dtype.size_bytes()
 }
@@ -126,7 +120,7 @@ impl MockCommunicator {
     fn collective(&self, stream: &MockStream, op: JointOp) -> Result<(), CommError> {
         self.check_alive()?;
         if self.pending.lock().is_some() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 "collective",
                 "collectives inside group_start/group_end are not supported by the mock",
             ));
@@ -146,7 +140,7 @@ impl MockCommunicator {
         self.check_alive()?;
         let size = self.family.devices.len();
         if peer >= size || peer == self.rank {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 call,
                 format!("peer {peer} is not another rank of this {size}-rank group"),
             ));
@@ -258,7 +252,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         stream: &MockStream,
     ) -> Result<(), CommError> {
         if root >= self.size() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 "broadcast",
                 format!("root {root} is outside the {}-rank group", self.size()),
             ));
@@ -312,7 +306,10 @@ impl Communicator<MockDevice> for MockCommunicator {
     fn group_start(&self) -> Result<(), CommError> {
         let mut pending = self.pending.lock();
         if pending.is_some() {
-            return Err(bad("group_start", "already inside group_start/group_end"));
+            return Err(CommError::invalid_argument(
+                "group_start",
+                "already inside group_start/group_end",
+            ));
         }
         *pending = Some(Vec::new());
         Ok(())
@@ -320,14 +317,17 @@ impl Communicator<MockDevice> for MockCommunicator {
 
     fn group_end(&self) -> Result<(), CommError> {
         let Some(list) = self.pending.lock().take() else {
-            return Err(bad("group_end", "group_end without group_start"));
+            return Err(CommError::invalid_argument(
+                "group_end",
+                "group_end without group_start",
+            ));
         };
         let Some(first) = list.first() else {
             return Ok(());
         };
         let stream = first.stream;
         if list.iter().any(|p| p.stream != stream) {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 "group_end",
                 "every member of a group must use the same stream",
             ));
@@ -356,7 +356,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         *calls += 1;
         drop(calls);
         let Some(position) = memreuse_core::comm::group_position(ranks, size, self.rank)
-            .map_err(|reason| bad("new_group", reason))?
+            .map_err(|reason| CommError::invalid_argument("new_group", reason))?
         else {
             return Ok(None);
         };

@@ -15,9 +15,9 @@
 
 pub mod collective;
 mod family;
+mod open;
 mod pairs;
-mod world;
 
 pub use family::MockCommunicator;
+pub use open::open_mock_world;
 pub use pairs::PairGroups;
-pub use world::open_mock_world;

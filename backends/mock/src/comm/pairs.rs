@@ -6,7 +6,7 @@ use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
 use crate::device::MockDevice;
-use crate::error::invalid;
+use crate::error::BACKEND_NAME;
 use crate::joint::JointGroup;
 
 /// One two-rank [`JointGroup`] per ordered `(sender, receiver)` pair of a communicator's
@@ -21,7 +21,7 @@ pub struct PairGroups {
     /// Device of each communicator rank.
     devices: Vec<MockDevice>,
     /// Created lazily: most of the n² pairs of a large communicator are never used, and
-    /// each group is a slot in the cluster's world.
+    /// each group is a slot in the cluster's state.
     groups: Mutex<HashMap<(usize, usize), JointGroup>>,
 }
 
@@ -52,7 +52,8 @@ impl PairGroups {
     pub fn get(&self, sender: usize, receiver: usize) -> Result<JointGroup, BackendError> {
         let size = self.devices.len();
         if sender >= size || receiver >= size || sender == receiver {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "PairGroups::get",
                 format!("({sender}, {receiver}) is not a pair of distinct ranks below {size}"),
             ));

@@ -22,7 +22,7 @@ use memreuse_core::BackendError;
 use parking_lot::Mutex;
 
 use super::{Buffer, FILL_BYTE, Memory, RawAlloc, Span};
-use crate::error::{invalid, out_of_memory};
+use crate::error::BACKEND_NAME;
 
 /// The mock's mapping granularity (CUDA's usual 2 MiB).
 pub(crate) const VM_GRANULARITY: u64 = 2 << 20;
@@ -46,7 +46,8 @@ pub(crate) struct Reserved {
 
 fn aligned(call: &'static str, what: &str, value: u64) -> Result<(), BackendError> {
     if value == 0 || value % VM_GRANULARITY != 0 {
-        return Err(invalid(
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
             call,
             format!(
                 "{what} {value:#x} is not a non-zero multiple of the granularity {VM_GRANULARITY}"
@@ -69,7 +70,9 @@ impl Memory {
                     .and_then(|e| e.checked_add(VM_GRANULARITY))
                     .is_some_and(|e| e <= self.end_addr)
             })
-            .ok_or_else(|| out_of_memory(bytes, "fake address space exhausted"))?;
+            .ok_or_else(|| {
+                BackendError::out_of_memory(BACKEND_NAME, bytes, "fake address space exhausted")
+            })?;
         self.next_addr = base + bytes + VM_GRANULARITY;
         let data = self.backing.then(|| Arc::new(Mutex::new(Vec::new())));
         self.reserved.insert(base, Reserved { len: bytes, data });
@@ -79,13 +82,15 @@ impl Memory {
     /// Releases a reserved range none of whose pages is mapped.
     pub(crate) fn vm_release(&mut self, base: u64) -> Result<(), BackendError> {
         let Some(len) = self.reserved.get(&base).map(|r| r.len) else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_release",
                 format!("{base:#x} is not the base of a reserved range"),
             ));
         };
         if let Some((&at, _)) = self.allocs.range(base..base + len).next() {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_release",
                 format!("range {base:#x} still has a mapping at {at:#x}: vm_unmap it first"),
             ));
@@ -102,17 +107,20 @@ impl Memory {
         self.planned_fault(bytes)?;
         let free = self.capacity.saturating_sub(self.used);
         if bytes > free {
-            return Err(out_of_memory(
+            return Err(BackendError::out_of_memory(
+                BACKEND_NAME,
                 bytes,
                 format!("{free} bytes free of {} total", self.capacity),
             ));
         }
         let data = if self.backing {
-            let len = usize::try_from(bytes)
-                .map_err(|_| out_of_memory(bytes, "larger than host address space"))?;
+            let len = usize::try_from(bytes).map_err(|_| {
+                BackendError::out_of_memory(BACKEND_NAME, bytes, "larger than host address space")
+            })?;
             let mut v = Vec::new();
-            v.try_reserve_exact(len)
-                .map_err(|e| out_of_memory(bytes, format!("host memory: {e}")))?;
+            v.try_reserve_exact(len).map_err(|e| {
+                BackendError::out_of_memory(BACKEND_NAME, bytes, format!("host memory: {e}"))
+            })?;
             v.resize(len, FILL_BYTE);
             Some(v)
         } else {
@@ -135,11 +143,13 @@ impl Memory {
     /// Releases an unmapped physical handle.
     pub(crate) fn vm_release_physical(&mut self, id: u64) -> Result<(), BackendError> {
         match self.physical.get(&id) {
-            None => Err(invalid(
+            None => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_release_physical",
                 format!("phys#{id} is not a live physical handle"),
             )),
-            Some(p) if p.mapped_at.is_some() => Err(invalid(
+            Some(p) if p.mapped_at.is_some() => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_release_physical",
                 format!("phys#{id} is still mapped: vm_unmap it first"),
             )),
@@ -156,13 +166,15 @@ impl Memory {
     pub(crate) fn vm_map(&mut self, at: u64, id: u64) -> Result<u64, BackendError> {
         aligned("vm_map", "address", at)?;
         let Some(p) = self.physical.get(&id) else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_map",
                 format!("phys#{id} is not a live physical handle"),
             ));
         };
         if let Some(other) = p.mapped_at {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_map",
                 format!("phys#{id} is already mapped at {other:#x}"),
             ));
@@ -176,7 +188,8 @@ impl Memory {
             .filter(|(b, r)| end <= **b + r.len)
             .map(|(&b, r)| (b, r.data.clone()));
         let Some((range_base, range_data)) = range else {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_map",
                 format!("[{at:#x}, {end:#x}) is not inside one reserved range"),
             ));
@@ -187,7 +200,8 @@ impl Memory {
             .next_back()
             .is_some_and(|(&b, a)| b + a.len > at);
         if overlaps {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "vm_map",
                 format!("[{at:#x}, {end:#x}) overlaps a mapped page"),
             ));
@@ -224,7 +238,8 @@ impl Memory {
                 ..
             }) if *len == bytes => *id,
             _ => {
-                return Err(invalid(
+                return Err(BackendError::invalid_argument(
+                    BACKEND_NAME,
                     "vm_unmap",
                     format!("no mapping of exactly {bytes} bytes starts at {at:#x}"),
                 ));
@@ -257,10 +272,15 @@ impl Memory {
         end: u64,
     ) -> Result<Span, BackendError> {
         let Some((&base, range)) = self.reserved.range(..=ptr).next_back() else {
-            return Err(invalid(call, format!("{ptr:#x} is in no reserved range")));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                format!("{ptr:#x} is in no reserved range"),
+            ));
         };
         if end > base + range.len {
-            return Err(invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!(
                     "range [{ptr:#x}, {end:#x}) leaves the reserved range [{base:#x}, {:#x})",
@@ -273,7 +293,8 @@ impl Memory {
             match self.allocs.range(..=cursor).next_back() {
                 Some((&b, a)) if a.mapped.is_some() && cursor < b + a.len => cursor = b + a.len,
                 _ => {
-                    return Err(invalid(
+                    return Err(BackendError::invalid_argument(
+                        BACKEND_NAME,
                         call,
                         format!(
                             "range [{ptr:#x}, {end:#x}) touches the unmapped address {cursor:#x}"
@@ -294,12 +315,15 @@ impl Memory {
 
 /// `[offset, offset + len)` as host indices.
 fn host_range(offset: u64, len: u64) -> Result<(usize, usize), BackendError> {
-    let start = usize::try_from(offset)
-        .map_err(|_| out_of_memory(len, "offset larger than host address space"))?;
+    let start = usize::try_from(offset).map_err(|_| {
+        BackendError::out_of_memory(BACKEND_NAME, len, "offset larger than host address space")
+    })?;
     let stop = offset
         .checked_add(len)
         .and_then(|e| usize::try_from(e).ok())
-        .ok_or_else(|| out_of_memory(len, "range larger than host address space"))?;
+        .ok_or_else(|| {
+            BackendError::out_of_memory(BACKEND_NAME, len, "range larger than host address space")
+        })?;
     Ok((start, stop))
 }
 

@@ -454,10 +454,7 @@ impl Hub {
 }
 
 fn mismatch(what: String) -> CommError {
-    CommError::InvalidArgument {
-        call: "collective matching",
-        reason: what,
-    }
+    CommError::invalid_argument("collective matching", what)
 }
 
 /// True once the gate's stream completed everything before it (a query error counts as

@@ -62,13 +62,6 @@ impl std::fmt::Debug for VulkanCommunicator {
     }
 }
 
-fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
-    CommError::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
 /// One member per device of `devices` (group rank order), sharing a new proxy.
 pub fn communicators(
     devices: Vec<VulkanDevice>,
@@ -110,7 +103,10 @@ impl VulkanCommunicator {
         if dtype.size_bytes() == 4 {
             Ok(())
         } else {
-            Err(bad(call, format!("{dtype:?} is not supported (F32 is)")))
+            Err(CommError::invalid_argument(
+                call,
+                format!("{dtype:?} is not supported (F32 is)"),
+            ))
         }
     }
 
@@ -124,7 +120,7 @@ impl VulkanCommunicator {
     ) -> Result<(), CommError> {
         self.hub.check_alive()?;
         if self.group.lock().is_some() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 call,
                 "collectives inside group_start/group_end are not supported",
             ));
@@ -174,7 +170,7 @@ impl VulkanCommunicator {
         Self::check_dtype(call, dtype)?;
         let size = self.hub.devices.len();
         if peer >= size || peer == self.rank {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 call,
                 format!("peer {peer} is not another rank of this {size}-rank group"),
             ));
@@ -205,7 +201,7 @@ impl VulkanCommunicator {
         };
         let stream = first.stream;
         if ops.iter().any(|p| p.stream != stream) {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 "group_end",
                 "every member of a group must use the same stream",
             ));
@@ -317,7 +313,7 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
         if root >= self.size() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 "broadcast",
                 format!("root {root} is outside the {}-rank group", self.size()),
             ));
@@ -351,7 +347,10 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
     fn group_start(&self) -> Result<(), CommError> {
         let mut group = self.group.lock();
         if group.is_some() {
-            return Err(bad("group_start", "already inside group_start/group_end"));
+            return Err(CommError::invalid_argument(
+                "group_start",
+                "already inside group_start/group_end",
+            ));
         }
         *group = Some(Vec::new());
         Ok(())
@@ -359,7 +358,10 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
 
     fn group_end(&self) -> Result<(), CommError> {
         let Some(list) = self.group.lock().take() else {
-            return Err(bad("group_end", "group_end without group_start"));
+            return Err(CommError::invalid_argument(
+                "group_end",
+                "group_end without group_start",
+            ));
         };
         self.hub.check_alive()?;
         self.issue(list)
@@ -380,7 +382,7 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
             c.new_groups - 1
         };
         let Some(position) = memreuse_core::comm::group_position(ranks, size, self.rank)
-            .map_err(|reason| bad("new_group", reason))?
+            .map_err(|reason| CommError::invalid_argument("new_group", reason))?
         else {
             return Ok(None);
         };

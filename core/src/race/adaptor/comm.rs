@@ -82,12 +82,9 @@ impl<B: Backend> RaceCheckedComm<B> {
         forwarded?;
         let comp = self.device.record(stream, name, accesses);
         let size = self.inner.size();
-        self.device.shared.world.state.lock().arrive(
-            (self.family, Channel::Collective),
-            size,
-            self.inner.rank(),
-            comp,
-        );
+        let rank = self.inner.rank();
+        self.device
+            .locked(|s, _| s.arrive((self.family, Channel::Collective), size, rank, comp));
         Ok(())
     }
 
@@ -115,12 +112,7 @@ impl<B: Backend> RaceCheckedComm<B> {
         let comp = self
             .device
             .record(stream, "send/recv", std::slice::from_ref(&access));
-        self.device
-            .shared
-            .world
-            .state
-            .lock()
-            .arrive(key, 2, share, comp);
+        self.device.locked(|s, _| s.arrive(key, 2, share, comp));
         Ok(())
     }
 
@@ -283,10 +275,11 @@ impl<B: Backend> Communicator<RaceChecker<B>> for RaceCheckedComm<B> {
             list.iter().map(|p| p.access.clone()).collect();
         let name = vec!["send/recv"; list.len()].join("+");
         let comp = self.device.record(&stream, &name, &accesses);
-        let mut s = self.device.shared.world.state.lock();
-        for p in list {
-            s.arrive(p.key, 2, p.share, comp);
-        }
+        self.device.locked(|s, _| {
+            for p in list {
+                s.arrive(p.key, 2, p.share, comp);
+            }
+        });
         Ok(())
     }
 
@@ -310,11 +303,7 @@ impl<B: Backend> Communicator<RaceChecker<B>> for RaceCheckedComm<B> {
         };
         let family = self
             .device
-            .shared
-            .world
-            .state
-            .lock()
-            .subgroup(self.family, seq, ranks);
+            .locked(|s, _| s.subgroup(self.family, seq, ranks));
         Ok(Some(Box::new(RaceCheckedComm::new(
             sub,
             self.device.clone(),

@@ -16,9 +16,9 @@
 //!   between two hand-outs is a reuse race and one inside a hand-out a schedule race;
 //! - `free` checks that the host has observed every access to the memory complete.
 //!
-//! These are the mock device's rules ([`super::DeviceDetector`] is the same engine), so
-//! over the mock the adaptor reports what the mock's native detector reports. Ops that the
-//! wrapped backend refuses are not recorded.
+//! These are the mock device's rules, written once in [`super::HappensBefore`], which both
+//! drive, so over the mock the adaptor reports what the mock's native detector reports.
+//! Ops that the wrapped backend refuses are not recorded.
 
 mod comm;
 mod endpoints;
@@ -33,6 +33,7 @@ use parking_lot::Mutex;
 pub use comm::RaceCheckedComm;
 pub use endpoints::wrap_endpoints;
 pub use state::RaceWorld;
+use state::WorldState;
 
 use crate::backend::{Backend, Capabilities};
 use crate::error::BackendError;
@@ -105,15 +106,16 @@ impl<B: Backend> RaceChecker<B> {
     pub fn new(world: &Arc<RaceWorld>, inner: B) -> RaceChecker<B> {
         let device = world.add_device();
         let default = inner.stream_id(&inner.default_stream());
-        world.state.lock().comp(device, default);
-        RaceChecker {
+        let checker = RaceChecker {
             shared: Arc::new(Shared {
                 inner,
                 world: Arc::clone(world),
                 device,
                 physical: Mutex::new(HashMap::new()),
             }),
-        }
+        };
+        checker.locked(|s, d| s.comp(d, default));
+        checker
     }
 
     /// Wraps `inner` in a world of its own (single-device checks).
@@ -138,9 +140,13 @@ impl<B: Backend> RaceChecker<B> {
 
     /// Distinct races found on this device, including those past the report cap.
     pub fn race_count(&self) -> u64 {
-        self.shared.world.state.lock().devices[self.shared.device]
-            .detector
-            .found()
+        self.locked(|s, d| s.hb.found(d))
+    }
+
+    /// Runs `f` on the world's state, with this device's index in it: the one place the
+    /// adaptor takes the world lock (held for `f` only).
+    pub(crate) fn locked<R>(&self, f: impl FnOnce(&mut WorldState, usize) -> R) -> R {
+        f(&mut self.shared.world.state.lock(), self.shared.device)
     }
 
     /// Records one op on `stream` (after the wrapped backend accepted it).
@@ -151,26 +157,19 @@ impl<B: Backend> RaceChecker<B> {
         accesses: &[(Range<u64>, AccessKind)],
     ) -> usize {
         let id = self.shared.inner.stream_id(stream);
-        self.shared
-            .world
-            .state
-            .lock()
-            .op(self.shared.device, id, kind, accesses)
+        self.locked(|s, d| s.op(d, id, kind, accesses))
     }
 
     fn comp_clock(&self, stream: &B::Stream) -> VClock {
         let id = self.shared.inner.stream_id(stream);
-        let mut s = self.shared.world.state.lock();
-        let c = s.comp(self.shared.device, id);
-        s.clocks[c].clone()
+        self.locked(|s, d| {
+            let c = s.comp(d, id);
+            s.hb.stream_clock(c).clone()
+        })
     }
 
     fn observe(&self, clock: &VClock) {
-        self.shared
-            .world
-            .state
-            .lock()
-            .observe(self.shared.device, clock);
+        self.locked(|s, d| s.hb.observe(d, clock));
     }
 }
 
@@ -207,17 +206,13 @@ impl<B: Backend> Backend for RaceChecker<B> {
 
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         let ptr = self.shared.inner.malloc(bytes)?;
-        self.shared.world.state.lock().devices[self.shared.device]
-            .detector
-            .track_allocation(ptr.addr(), bytes);
+        self.locked(|s, d| s.hb.allocated(d, ptr.addr(), bytes));
         Ok(ptr)
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), BackendError> {
         self.shared.inner.free(ptr)?;
-        let mut s = self.shared.world.state.lock();
-        let dev = &mut s.devices[self.shared.device];
-        dev.detector.free(ptr.addr(), &dev.host);
+        self.locked(|s, d| s.hb.freed(d, ptr.addr()));
         Ok(())
     }
 
@@ -228,7 +223,7 @@ impl<B: Backend> Backend for RaceChecker<B> {
     fn create_stream(&self) -> Result<B::Stream, BackendError> {
         let s = self.shared.inner.create_stream()?;
         let id = self.shared.inner.stream_id(&s);
-        self.shared.world.state.lock().comp(self.shared.device, id);
+        self.locked(|w, d| w.comp(d, id));
         Ok(s)
     }
 
@@ -273,9 +268,10 @@ impl<B: Backend> Backend for RaceChecker<B> {
         self.shared.inner.stream_wait_event(stream, &event.inner)?;
         if let Some(clock) = event.clock() {
             let id = self.shared.inner.stream_id(stream);
-            let mut s = self.shared.world.state.lock();
-            let c = s.comp(self.shared.device, id);
-            s.clocks[c].join(&clock);
+            self.locked(|s, d| {
+                let c = s.comp(d, id);
+                s.hb.wait(c, &clock);
+            });
         }
         Ok(())
     }
@@ -289,12 +285,7 @@ impl<B: Backend> Backend for RaceChecker<B> {
     }
 
     fn synchronize_device(&self) -> Result<(), BackendError> {
-        let clock = self
-            .shared
-            .world
-            .state
-            .lock()
-            .device_clock(self.shared.device);
+        let clock = self.locked(|s, d| s.hb.device_clock(d));
         self.shared.inner.synchronize_device()?;
         self.observe(&clock);
         Ok(())
@@ -338,16 +329,13 @@ impl<B: Backend> Backend for RaceChecker<B> {
     ) -> Result<(), BackendError> {
         self.shared.inner.copy_device_to_host(dst, src, stream)?;
         let id = self.shared.inner.stream_id(stream);
-        let mut s = self.shared.world.state.lock();
-        let c = s.op(
-            self.shared.device,
-            id,
-            "copy_device_to_host",
-            &[(range(src, dst.len() as u64), AccessKind::Read)],
-        );
-        // Blocking: the host has observed the copy and everything before it.
-        let clock = s.clocks[c].clone();
-        s.observe(self.shared.device, &clock);
+        let accesses = [(range(src, dst.len() as u64), AccessKind::Read)];
+        self.locked(|s, d| {
+            let c = s.op(d, id, "copy_device_to_host", &accesses);
+            // Blocking: the host has observed the copy and everything before it.
+            let clock = s.hb.stream_clock(c).clone();
+            s.hb.observe(d, &clock);
+        });
         Ok(())
     }
 
@@ -380,23 +368,16 @@ impl<B: Backend> Backend for RaceChecker<B> {
 
     fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: AllocationId) {
         self.shared.inner.annotate_allocation(ptr, bytes, id);
-        self.shared.world.state.lock().devices[self.shared.device]
-            .detector
-            .annotate(ptr.addr(), bytes, id);
+        self.locked(|s, d| s.hb.annotate(d, ptr.addr(), bytes, id));
     }
 
     fn set_op_label(&self, label: &str) {
         self.shared.inner.set_op_label(label);
-        self.shared.world.state.lock().devices[self.shared.device].label = Arc::from(label);
+        self.locked(|s, d| s.hb.set_label(d, label));
     }
 
     fn race_reports(&self) -> Option<Vec<RaceReport>> {
-        Some(
-            self.shared.world.state.lock().devices[self.shared.device]
-                .detector
-                .reports()
-                .to_vec(),
-        )
+        Some(self.locked(|s, d| s.hb.reports(d).to_vec()))
     }
 
     fn vm_granularity(&self) -> Result<u64, BackendError> {
@@ -432,17 +413,13 @@ impl<B: Backend> Backend for RaceChecker<B> {
             .get(&handle)
             .copied()
             .unwrap_or(0);
-        self.shared.world.state.lock().devices[self.shared.device]
-            .detector
-            .track_allocation(at.addr(), bytes);
+        self.locked(|s, d| s.hb.mapped(d, at.addr(), bytes));
         Ok(())
     }
 
     fn vm_unmap(&self, at: DevicePtr, bytes: u64) -> Result<(), BackendError> {
         self.shared.inner.vm_unmap(at, bytes)?;
-        let mut s = self.shared.world.state.lock();
-        let dev = &mut s.devices[self.shared.device];
-        dev.detector.free(at.addr(), &dev.host);
+        self.locked(|s, d| s.hb.unmapped(d, at.addr()));
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
-//! [`RaceWorld`]: the clocks the adaptor derives from API calls, shared by every rank of
-//! one world, and the per-device engines.
+//! [`RaceWorld`]: the happens-before layer ([`HappensBefore`]) the adaptor drives from API
+//! calls, shared by every rank of one world, with what only the adaptor needs: which
+//! backend stream is which clock component, and the matching of communication ops.
 //!
 //! One mutex guards everything, as in the mock: a collective's arrival changes the clocks
 //! of streams on other devices, so the state of all ranks must change atomically.
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::ids::StreamId;
-use crate::race::{AccessKind, DeviceDetector, OpInfo, VClock};
+use crate::race::{AccessKind, HappensBefore, VClock};
 
 /// Which issue order a communication op is matched in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,23 +41,12 @@ struct Matcher {
     slots: HashMap<u64, Slot>,
 }
 
-/// What the adaptor knows about one device.
-pub(crate) struct DeviceState {
-    pub detector: DeviceDetector,
-    /// What the host driving this device has observed complete.
-    pub host: VClock,
-    /// Clock component of each stream seen, by the backend's stream id.
-    pub streams: HashMap<StreamId, usize>,
-    /// Label of the ops recorded next (`set_op_label`).
-    pub label: Arc<str>,
-}
-
-/// Every clock of the world.
+/// Every clock of the world, and how the adaptor's calls map onto them.
 pub(crate) struct WorldState {
-    pub devices: Vec<DeviceState>,
-    /// Clock of each stream, by component.
-    pub clocks: Vec<VClock>,
-    next_op: u64,
+    /// Clocks, rules and detectors (one device per wrapped backend).
+    pub hb: HappensBefore,
+    /// Per device, the clock component of each stream seen, by the backend's stream id.
+    comps: Vec<HashMap<StreamId, usize>>,
     next_family: u64,
     matchers: HashMap<MatchKey, Matcher>,
     /// `(parent family, new_group call number, ranks)` -> the sub-group's family.
@@ -68,18 +58,13 @@ pub(crate) struct WorldState {
 /// conformance run), then one checker per device with [`super::RaceChecker::new`].
 pub struct RaceWorld {
     pub(crate) state: Mutex<WorldState>,
-    max_reports: usize,
 }
 
 impl std::fmt::Debug for RaceWorld {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state.lock();
-        write!(
-            f,
-            "RaceWorld({} devices, {} streams)",
-            s.devices.len(),
-            s.clocks.len()
-        )
+        let streams: usize = s.comps.iter().map(HashMap::len).sum();
+        write!(f, "RaceWorld({} devices, {streams} streams)", s.comps.len())
     }
 }
 
@@ -89,14 +74,12 @@ impl RaceWorld {
     pub fn new(max_reports: usize) -> Arc<RaceWorld> {
         Arc::new(RaceWorld {
             state: Mutex::new(WorldState {
-                devices: Vec::new(),
-                clocks: Vec::new(),
-                next_op: 0,
+                hb: HappensBefore::new(max_reports, true),
+                comps: Vec::new(),
                 next_family: 0,
                 matchers: HashMap::new(),
                 subgroups: HashMap::new(),
             }),
-            max_reports,
         })
     }
 
@@ -109,13 +92,8 @@ impl RaceWorld {
 
     pub(crate) fn add_device(&self) -> usize {
         let mut s = self.state.lock();
-        s.devices.push(DeviceState {
-            detector: DeviceDetector::new(self.max_reports),
-            host: VClock::default(),
-            streams: HashMap::new(),
-            label: Arc::from(""),
-        });
-        s.devices.len() - 1
+        s.comps.push(HashMap::new());
+        s.hb.add_device()
     }
 }
 
@@ -129,18 +107,16 @@ impl WorldState {
     /// The clock component of `stream` of `device`; a stream seen for the first time
     /// starts from the device's host clock (what a stream created now would know).
     pub(crate) fn comp(&mut self, device: usize, stream: StreamId) -> usize {
-        if let Some(&c) = self.devices[device].streams.get(&stream) {
+        if let Some(&c) = self.comps[device].get(&stream) {
             return c;
         }
-        let c = self.clocks.len();
-        self.clocks.push(self.devices[device].host.clone());
-        self.devices[device].streams.insert(stream, c);
+        let c = self.hb.add_stream(device, stream);
+        self.comps[device].insert(stream, c);
         c
     }
 
-    /// Records one op of kind `kind` on stream `stream` of `device`: joins the host clock
-    /// into the stream, ticks it, and checks and records `accesses`. Returns the stream's
-    /// component.
+    /// Records one op of kind `kind` on stream `stream` of `device` (see
+    /// [`HappensBefore::begin_op`]). Returns the stream's component.
     pub(crate) fn op(
         &mut self,
         device: usize,
@@ -149,35 +125,8 @@ impl WorldState {
         accesses: &[(Range<u64>, AccessKind)],
     ) -> usize {
         let comp = self.comp(device, stream);
-        let seq = self.next_op;
-        self.next_op += 1;
-        let dev = &mut self.devices[device];
-        let desc = if dev.label.is_empty() {
-            kind.to_owned()
-        } else {
-            format!("{kind} [{}]", dev.label)
-        };
-        let clock = &mut self.clocks[comp];
-        clock.join(&dev.host);
-        let tick = clock.tick(comp);
-        let info = Arc::new(OpInfo { seq, desc, stream });
-        dev.detector
-            .record_op(&info, clock, comp, tick, accesses, &dev.host);
+        self.hb.begin_op(comp, kind, accesses);
         comp
-    }
-
-    /// The host of `device` observed everything `clock` knows.
-    pub(crate) fn observe(&mut self, device: usize, clock: &VClock) {
-        self.devices[device].host.join(clock);
-    }
-
-    /// The joined clocks of every stream of `device` (what `synchronize_device` waits for).
-    pub(crate) fn device_clock(&self, device: usize) -> VClock {
-        let mut all = VClock::default();
-        for &c in self.devices[device].streams.values() {
-            all.join(&self.clocks[c]);
-        }
-        all
     }
 
     /// Rank `rank` of a `size`-member matching order `key` arrived at its next op on
@@ -185,7 +134,7 @@ impl WorldState {
     /// after every member's op (a collective orders everything before it on every
     /// participant before everything after it on any participant).
     pub(crate) fn arrive(&mut self, key: MatchKey, size: usize, rank: usize, comp: usize) {
-        let clock = self.clocks[comp].clone();
+        let clock = self.hb.stream_clock(comp).clone();
         let m = self.matchers.entry(key).or_insert_with(|| Matcher {
             submitted: vec![0; size],
             slots: HashMap::new(),
@@ -209,13 +158,8 @@ impl WorldState {
         let Some(slot) = m.slots.remove(&k) else {
             return;
         };
-        let mut joint = VClock::default();
-        for c in slot.clocks.iter().flatten() {
-            joint.join(c);
-        }
-        for s in slot.streams.into_iter().flatten() {
-            self.clocks[s].join(&joint);
-        }
+        let streams: Vec<usize> = slot.streams.iter().flatten().copied().collect();
+        self.hb.meet(&streams, slot.clocks.iter().flatten());
     }
 
     /// The family of the sub-group `ranks` created by the `seq`-th `new_group` call of

@@ -1,5 +1,7 @@
-//! The state of one mock cluster, guarded by one mutex: devices (memory, host clocks,
-//! race logs), streams (queues, clocks, progress), joint-op groups.
+//! [`ClusterState`]: the state of one mock cluster, guarded by one mutex: devices (memory,
+//! last errors), streams (queues, progress), joint-op groups, and the happens-before layer
+//! (`memreuse_core::race::HappensBefore`: every stream's and host's clock, each device's
+//! race detector).
 //!
 //! One lock for everything keeps the invariants simple: an op's clock, its place in the
 //! stream queue and its entries in the access history are decided atomically, so the
@@ -10,7 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memreuse_core::race::{DeviceDetector, OpInfo, VClock};
+use memreuse_core::race::{HappensBefore, OpInfo, VClock};
 use memreuse_core::{AccessKind, BackendError, StreamId};
 use parking_lot::{Condvar, Mutex};
 
@@ -22,7 +24,7 @@ use memreuse_core::testing::SplitMix64;
 /// Shared by every handle of a cluster and by its worker threads.
 pub(crate) struct Core {
     /// All mutable state.
-    pub world: Mutex<World>,
+    pub state: Mutex<ClusterState>,
     /// Signalled whenever an op is enqueued or finishes, or the cluster shuts down.
     pub cv: Condvar,
     /// The configuration the cluster was created with.
@@ -43,40 +45,33 @@ pub struct ExecutedOp {
 }
 
 /// Mutable state of the cluster.
-pub(crate) struct World {
-    pub devices: Vec<DeviceState>,
+pub(crate) struct ClusterState {
+    pub devices: Vec<DeviceSlot>,
     pub streams: Vec<StreamState>,
     pub groups: Vec<GroupState>,
-    pub next_op: u64,
+    /// Clocks and race detectors. A stream's component is its global index (both are
+    /// assigned by `Owner::add_stream`, the one place streams are created), a device's
+    /// index its slot. With [`MockConfig::race_detection`] off it keeps clocks only.
+    pub hb: HappensBefore,
     /// Deterministic mode's generator; `None` in threaded mode.
     pub rng: Option<SplitMix64>,
     /// Deterministic mode: a host thread is running an op (only one may).
     pub driving: bool,
     pub shutdown: bool,
     pub trace: Vec<ExecutedOp>,
-    /// [`MockConfig::race_detection`]: when false, ops record no access history.
-    pub race_detection: bool,
 }
 
-/// Per-device state.
-pub(crate) struct DeviceState {
+/// What the cluster keeps for one device slot besides its clocks (those are in
+/// [`ClusterState::hb`]): its memory and its last op failure.
+pub(crate) struct DeviceSlot {
     pub memory: Memory,
-    /// What the host threads driving this device have observed to be complete.
-    pub host: VClock,
-    /// Global indices of this device's streams; the first is the default stream.
-    pub streams: Vec<usize>,
-    /// Label of the ops enqueued next (`set_op_label`).
-    pub label: Arc<str>,
-    /// The shared happens-before engine (`memreuse_core::race`), fed at enqueue time.
-    pub detector: DeviceDetector,
     /// Most recent op failure on this device, until taken.
     pub last_error: Option<BackendError>,
 }
 
-/// Per-stream state.
+/// Per-stream state (its clock is in [`ClusterState::hb`]).
 pub(crate) struct StreamState {
     pub device: usize,
-    pub clock: VClock,
     pub queue: VecDeque<Op>,
     /// Entries ever pushed onto / finished from `queue`: positions for events and syncs.
     pub enqueued: u64,
@@ -198,57 +193,28 @@ pub(crate) struct Part {
     pub clock: VClock,
 }
 
-impl World {
-    /// Op kind plus the device's current label.
-    pub(crate) fn describe(&self, device: usize, kind: &str) -> String {
-        let label = &self.devices[device].label;
-        if label.is_empty() {
-            kind.to_owned()
-        } else {
-            format!("{kind} [{label}]")
-        }
-    }
-
-    /// Starts an op on stream `s`: joins the device's host clock into the stream, ticks it,
-    /// checks and records `accesses`, and returns the op's identity and epoch.
+impl ClusterState {
+    /// Starts an op on stream `s` ([`HappensBefore::begin_op`]: orders it and checks and
+    /// records `accesses`) and returns the op's identity.
     pub(crate) fn begin_op(
         &mut self,
         s: usize,
         kind: &str,
         accesses: &[(Span, AccessKind)],
     ) -> Arc<OpInfo> {
-        let device = self.streams[s].device;
-        let desc = self.describe(device, kind);
-        let seq = self.next_op;
-        self.next_op += 1;
-        let dev = &mut self.devices[device];
-        let st = &mut self.streams[s];
-        st.clock.join(&dev.host);
-        let tick = st.clock.tick(s);
-        let info = Arc::new(OpInfo {
-            seq,
-            desc,
-            stream: StreamId(s as u64),
-        });
-        if self.race_detection {
-            let ranges: Vec<_> = accesses
+        // Byte ranges only serve the detector: with it off, none are built.
+        let ranges: Vec<_> = if self.hb.detects() {
+            accesses
                 .iter()
                 .map(|(span, kind)| {
                     let (start, end) = span.range();
                     (start..end, *kind)
                 })
-                .collect();
-            dev.detector
-                .record_op(&info, &st.clock, s, tick, &ranges, &dev.host);
-        }
-        info
-    }
-
-    /// Drops the history the host of `device` has observed complete (see
-    /// [`DeviceDetector::prune`]).
-    pub(crate) fn prune(&mut self, device: usize) {
-        let dev = &mut self.devices[device];
-        dev.detector.prune(&dev.host);
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.hb.begin_op(s, kind, &ranges)
     }
 
     /// Appends `op` to stream `s`; returns its position (what a sync waits for).

@@ -2,12 +2,12 @@
 //! allocations exist, who owns their bytes, which accesses may still be running, and the
 //! races found.
 //!
-//! The engine is driven from outside: the caller (the mock device, or the
-//! [`super::RaceChecker`] adaptor) keeps one [`VClock`] per stream and one per device host,
-//! ticks a stream's clock for each op it enqueues and hands the op's accesses to
-//! [`DeviceDetector::record_op`]. Keeping the clocks outside lets the mock decide an op's
-//! clock, its queue position and its history entries under one lock, and lets the adaptor
-//! share clocks across the devices of a world, while the checking itself exists once.
+//! The engine is driven from outside: [`super::HappensBefore`] keeps one [`VClock`] per
+//! stream and one per device host, ticks a stream's clock for each op and hands the op's
+//! accesses to [`DeviceDetector::record_op`]. Keeping the clocks outside lets the mock
+//! decide an op's clock, its queue position and its history entries under one lock, and
+//! lets the adaptor share clocks across the devices of a world, while the checking itself
+//! exists once.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -17,26 +17,12 @@ use super::annotations::Annotations;
 use super::clock::VClock;
 use super::history::{Access, History};
 use super::log::RaceLog;
+use super::op::{HOST_STREAM, OpInfo};
 use super::report::{AccessKind, RaceReport};
-use crate::ids::{AllocationId, StreamId};
-
-/// The stream id race reports use for the host (a raw `free` racing with device work).
-pub const HOST_STREAM: StreamId = StreamId(u64::MAX);
+use crate::ids::AllocationId;
 
 /// History is pruned once it holds this many entries more than after the last prune.
 const MIN_PRUNE_AT: usize = 4096;
-
-/// What a race report says about the op behind an access.
-#[derive(Debug)]
-pub struct OpInfo {
-    /// Enqueue number, unique among the ops of one world (tells apart two ops with equal
-    /// descriptions).
-    pub seq: u64,
-    /// Op kind and label, e.g. `memset_zero [step 3]`.
-    pub desc: String,
-    /// The stream it was enqueued on.
-    pub stream: StreamId,
-}
 
 /// One raw allocation the engine knows about.
 #[derive(Default)]
@@ -241,6 +227,7 @@ impl DeviceDetector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StreamId;
     use crate::race::RaceKind;
 
     fn op(seq: u64, stream: u64) -> Arc<OpInfo> {
