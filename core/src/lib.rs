@@ -4,26 +4,40 @@
 //! Layers, bottom up (`docs/design.md` in the repository explains each):
 //! - [`Backend`] (static dispatch) and [`DynBackend`] / [`AnyBackend`] (chosen by name at
 //!   run time through [`open_backend`] and the [`registered_backends`] a backend crate
-//!   submits): one device, its streams, events and stream-ordered operations.
-//! - [`allocator`]: the caching allocator ([`CachingAllocator`]): per-stream pools,
-//!   split/merge, `record_stream` with pending-free events, per-work stream uses, the OOM
-//!   retry chain, PyTorch-named statistics and snapshots. A [`Storage`] is one tensor's
-//!   block; dropping its last handle frees it.
+//!   submits, or registers at run time): one device, its streams, events and
+//!   stream-ordered operations; [`BackendError`] with the constructors every backend uses.
+//! - [`virtual_memory`]: the optional reserve/map/unmap interface and the [`virtual_memory::VmLedger`]
+//!   bookkeeping the CUDA and Ascend bindings share.
+//! - [`race`]: the happens-before layer ([`race::HappensBefore`]: vector clocks per stream,
+//!   "a map is an allocation, an unmap a free") that the mock's native detector and the
+//!   [`race::RaceChecker`] adaptor both drive, the detector, the reports and the advice
+//!   that tells a program's race from the allocator's.
+//! - [`allocator`]: the caching allocator ([`CachingAllocator`]): the device-free index
+//!   (every block decision, victim selection included, as functions on offsets), per-stream
+//!   pools, split/merge, the pending frees and their events (one owner,
+//!   `allocator::pending`), the OOM retry chain and its report (`allocator::oom`),
+//!   PyTorch-named statistics and snapshots. A [`Storage`] is one tensor's block; dropping
+//!   its last handle frees it.
+//! - [`history`]: the allocator's event history (recorded, read back, validated).
 //! - [`comm`]: the [`Communicator`] trait a backend implements (NCCL semantics: enqueued on
 //!   a stream, matched in issue order), with [`DType`] and [`ReduceOp`].
 //! - [`process_group`]: [`ProcessGroup`] over one communicator, with a comm stream, [`Work`]s
 //!   with `wait()`, a watchdog, and the reuse policy of one [`ReuseMode`] (0-3, chosen by
 //!   the builder or `MULTI_STREAM_MEMORY_REUSE`). Tensors are passed as [`CommBuffer`]s (a
-//!   `&Storage` is all of it as `f32`).
+//!   `&Storage` is all of it as `f32`). Its own files are layered too (its `mod.rs` lists
+//!   them).
 //! - [`observe`]: PyTorch memory-viewer snapshots, OOM snapshots, Chrome-trace timelines,
-//!   Prometheus metrics, fragmentation, growth early warning.
+//!   Prometheus metrics, fragmentation, growth early warning; built on the allocator's
+//!   public API.
 //! - [`store`]: a small TCP key-value store and torchrun's launch variables, through which
 //!   multi-process jobs share the NCCL unique id (or HCCL root info); [`find_world`] opens
 //!   all ranks of a world inside one process instead.
 //! - [`testing`]: [`testing::ManualBackend`] (streams that advance only when told) and the
-//!   backend contract kit [`testing::contract`] every port runs first.
+//!   contract kits ([`testing::contract`] and the communicator's) every port runs first.
 //!
-//! Race reports ([`RaceReport`]) come from backends that detect races (the mock).
+//! Race reports ([`RaceReport`]) come from a backend's native detector where it has one
+//! (the mock, and the stand-in libraries built on it) and from the [`race::RaceChecker`]
+//! adaptor on every other backend.
 //!
 //! # The allocator on two streams
 //!
