@@ -9,11 +9,15 @@
 //! the settings' reserved memory overlaid).
 
 mod capacity_search;
+mod doc;
 mod error;
 mod history;
 mod html;
 mod import;
+mod json;
+mod limits;
 mod output;
+mod pickle;
 mod replay;
 mod settings;
 mod snapshot_import;
@@ -27,7 +31,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub use capacity_search::{CAPACITY_STEP, smallest_fitting_capacity};
 pub use error::ImportError;
 pub use history::{Action, Entry, InitialBlock, ReplayHistory};
-pub use import::{import_bytes, import_file};
+pub use import::{import_bytes, import_file, import_file_with, import_reader};
+pub use limits::{ImportLimits, Limit};
 pub use output::{Outcome, SettingOutcome, WHATIF_FORMAT, render_table, to_json};
 pub use replay::{CHART_POINTS, PROGRESS_EVERY, ReplayFigures, replay};
 pub use settings::{GC_SETTING, MAX_SPLIT_SWEEP_MB, Plan, default_settings, plan};
