@@ -71,7 +71,7 @@ pub struct ImportLimits {
     /// See [`Limit::Depth`]. Default 65,536 (a pickle's stack holds at most a few thousand
     /// values per nesting level; JSON is also held to its parser's fixed 128 levels).
     pub depth: u64,
-    /// See [`Limit::Elements`]. Default 2^30 (8 bytes each, plus 16 for values that are not
+    /// See [`Limit::Elements`]. Default 2^28 (8 bytes each, plus 16 for values that are not
     /// small integers).
     pub elements: u64,
     /// See [`Limit::MemoCopies`]. Default 2^24 (real snapshots share only the stack frames,
@@ -91,7 +91,7 @@ impl Default for ImportLimits {
             file_bytes: 32 << 30,
             decompressed_bytes: 32 << 30,
             depth: 65_536,
-            elements: 1 << 30,
+            elements: 1 << 28,
             memo_copies: 1 << 24,
             integer_digits: 4096,
             string_bytes: 16 << 20,
