@@ -96,9 +96,9 @@ fn a_container_shared_by_many_entries_is_bounded_by_memo_copies() {
     p.extend([EMPTY_LIST, MEMOIZE, EMPTY_LIST, MEMOIZE]); // 2: devices, 3: entries
     p.extend([EMPTY_DICT, MEMOIZE]); // 4: the shared entry
     short_str(&mut p, "action");
-    p.push(MEMOIZE); // 5
+    p.extend([MEMOIZE, POP]); // 5
     short_str(&mut p, "snapshot");
-    p.push(MEMOIZE); // 6
+    p.extend([MEMOIZE, POP]); // 6
     p.push(MARK);
     for _ in 0..5000 {
         p.extend([BINGET, 5, BINGET, 6]);
