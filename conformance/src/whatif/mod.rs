@@ -27,6 +27,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use memreuse_core::output::{OutputRules, write_output};
 
 pub use capacity_search::{CAPACITY_STEP, smallest_fitting_capacity};
 pub use error::ImportError;
@@ -235,22 +236,32 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
         print!("{table}");
     }
     let mut status = ExitCode::SUCCESS;
+    // Every output goes through the one writer: never over the history itself, never
+    // through a symbolic link, the page never outside --report.
+    let rules = OutputRules::new().input(&args.file);
     if let Some(path) = &args.json {
         let doc = to_json(&file, &history, capacity, &outcomes);
-        if let Err(e) = std::fs::write(path, doc) {
-            eprintln!("whatif: cannot write {}: {e}", path.display());
+        if let Err(e) = write_output(path, doc.as_bytes(), &rules) {
+            eprintln!("whatif: --json: {e}");
             status = ExitCode::FAILURE;
         }
     }
     if let Some(dir) = &args.report {
         let page = html::render_page(&file, &table, &outcomes, history.live_peak_bytes());
         let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(dir.join("index.html"), page));
+            .map_err(|source| memreuse_core::output::OutputError::Io {
+                path: dir.display().to_string(),
+                source,
+            })
+            .and_then(|()| {
+                write_output(
+                    &dir.join("index.html"),
+                    page.as_bytes(),
+                    &rules.clone().within(dir),
+                )
+            });
         if let Err(e) = written {
-            eprintln!(
-                "whatif: cannot write {}: {e}",
-                dir.join("index.html").display()
-            );
+            eprintln!("whatif: --report: {e}");
             status = ExitCode::FAILURE;
         }
     }
