@@ -3,6 +3,7 @@
 //! overflowing the stack, taking quadratic time or executing anything. The inputs are built
 //! here; every one of them aborted or ran for minutes on the serde-pickle importer.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::process::Command;
 
@@ -386,11 +387,13 @@ fn json_fields_not_read_are_skipped_and_elements_are_bounded() {
         if i > 0 {
             json.push(',');
         }
-        json.push_str(&format!(
-            "{{\"action\": \"alloc\", \"addr\": {}, \"size\": 512, \"frames\": [{}]}}",
-            4096 * (i + 1),
-            "{\"filename\": \"x.py\", \"line\": 1, \"name\": \"f\"},".repeat(50) + "{}"
-        ));
+        let frames = "{\"filename\": \"x.py\", \"line\": 1, \"name\": \"f\"},".repeat(50) + "{}";
+        write!(
+            json,
+            "{{\"action\": \"alloc\", \"addr\": {}, \"size\": 512, \"frames\": [{frames}]}}",
+            4096 * (i + 1)
+        )
+        .unwrap();
     }
     json.push_str("]]}");
     let history = import_bytes("frames.json", json.as_bytes(), None).unwrap();

@@ -162,7 +162,7 @@ impl Doc {
 
     /// The arena index of `r`, if it is not an inline integer.
     fn index(r: Ref) -> Option<usize> {
-        (r.0 & NODE_BIT != 0).then(|| (r.0 & !NODE_BIT) as usize)
+        (r.0 & NODE_BIT != 0).then_some((r.0 & !NODE_BIT) as usize)
     }
 
     /// Appends `item` to the list `list`; false when `list` is not a list (skipped values

@@ -297,16 +297,19 @@ impl Machine<'_> {
 
     fn put(&mut self, index: u64) -> Result<(), Fail> {
         let top = self.top()?;
-        if index < self.memo.len() as u64 {
-            self.memo[index as usize] = top;
-        } else if index == self.memo.len() as u64 {
-            self.doc.count_memo()?;
-            self.memo.push(top);
-        } else {
-            if !self.sparse_memo.contains_key(&index) {
+        let dense = self.memo.len() as u64;
+        match index.cmp(&dense) {
+            std::cmp::Ordering::Less => self.memo[index as usize] = top,
+            std::cmp::Ordering::Equal => {
                 self.doc.count_memo()?;
+                self.memo.push(top);
             }
-            self.sparse_memo.insert(index, top);
+            std::cmp::Ordering::Greater => {
+                if !self.sparse_memo.contains_key(&index) {
+                    self.doc.count_memo()?;
+                }
+                self.sparse_memo.insert(index, top);
+            }
         }
         Ok(())
     }
@@ -451,7 +454,7 @@ impl Machine<'_> {
                 self.u64le()?;
                 self.push_val(Val::Other("a float"))?;
             }
-            b'X' => {
+            b'X' | b'T' => {
                 let n = self.u32le()?;
                 self.string(n)?;
             }
@@ -461,10 +464,6 @@ impl Machine<'_> {
             }
             0x8d => {
                 let n = self.u64le()?;
-                self.string(n)?;
-            }
-            b'T' => {
-                let n = self.u32le()?;
                 self.string(n)?;
             }
             b'V' => {
@@ -490,8 +489,7 @@ impl Machine<'_> {
                 self.bytes(n, false, Limit::StringBytes)?;
                 self.push_val(Val::Other("bytes"))?;
             }
-            b']' => self.push_val(Val::List(Vec::new()))?,
-            b')' => self.push_val(Val::List(Vec::new()))?,
+            b']' | b')' => self.push_val(Val::List(Vec::new()))?,
             b'}' => self.push_val(Val::Dict(Vec::new()))?,
             0x8f => self.push_val(Val::Other("a set"))?,
             b'l' | b't' => {
