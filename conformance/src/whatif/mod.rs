@@ -18,6 +18,8 @@ mod json;
 mod limits;
 mod output;
 mod pickle;
+mod pickle_input;
+mod pickle_skip;
 mod replay;
 mod settings;
 mod snapshot_import;

@@ -6,24 +6,19 @@
 //! `INST`, `OBJ`, ...) become inert placeholders: nothing is ever looked up or executed.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 
 use super::doc::{Doc, Ref, SKIPPED, Val, View, is_kept_string};
 use super::limits::{Fail, Hit, ImportLimits, Limit};
+use super::pickle_input::{PickleInput, decode};
+use super::pickle_skip::Skip;
 
 /// Python globals and calls are never executed: what they leave is this.
 const INERT: &str = "a Python object (globals and calls are never executed)";
 
-/// A value being read past: it lies at stack position `pos`, the stack had `marks` MARKs.
-#[derive(Clone, Copy)]
-struct Skip {
-    pos: usize,
-    marks: usize,
-}
-
 /// The machine's state.
 struct Machine<'a> {
-    input: &'a mut dyn BufRead,
+    inp: PickleInput<'a>,
     limits: &'a ImportLimits,
     doc: Doc,
     stack: Vec<Ref>,
@@ -33,17 +28,12 @@ struct Machine<'a> {
     skip: Option<Skip>,
     /// The last value-making opcode was `EMPTY_DICT` (then the next string is a key).
     fresh_dict: bool,
-    at: u64,
-}
-
-fn decode(message: impl Into<String>) -> Fail {
-    Fail::Decode(message.into())
 }
 
 /// Reads one pickle from `input` into a [`Doc`] bounded by `limits`.
 pub(super) fn read_pickle(input: &mut dyn BufRead, limits: &ImportLimits) -> Result<Doc, Fail> {
     let mut m = Machine {
-        input,
+        inp: PickleInput::new(input, limits),
         limits,
         doc: Doc::new(limits),
         stack: Vec::new(),
@@ -52,10 +42,9 @@ pub(super) fn read_pickle(input: &mut dyn BufRead, limits: &ImportLimits) -> Res
         sparse_memo: HashMap::new(),
         skip: None,
         fresh_dict: false,
-        at: 0,
     };
     loop {
-        let op = m.byte()?;
+        let op = m.inp.byte()?;
         m.leave_skip_before(op);
         if m.step(op)? {
             return Ok(m.doc);
@@ -66,126 +55,17 @@ pub(super) fn read_pickle(input: &mut dyn BufRead, limits: &ImportLimits) -> Res
     }
 }
 
-/// Opcodes that push a string or a memo reference: while reading past a value, one at the
-/// value's own level is the next key.
-fn is_key_like(op: u8) -> bool {
-    matches!(
-        op,
-        b'X' | 0x8c | 0x8d | b'V' | b'T' | b'U' | b'S' | b'h' | b'j' | b'g' | b's' | b'u' | b'.'
-    )
-}
-
-/// Stack items below the top that `op` consumes or changes (MARK-delimited opcodes aside).
-fn reach(op: u8) -> usize {
-    match op {
-        b'0' | b'2' | 0x85 | b'Q' => 1,
-        b'a' | b'b' | b'R' | 0x81 | 0x86 | 0x93 => 2,
-        b's' | 0x87 | 0x92 => 3,
-        _ => 0,
-    }
-}
-
-/// Opcodes that consume up to the last MARK.
-fn uses_mark(op: u8) -> bool {
-    matches!(
-        op,
-        b'e' | b'u' | 0x90 | b't' | b'l' | b'd' | 0x91 | b'1' | b'o' | b'i'
-    )
-}
-
 impl Machine<'_> {
-    fn byte(&mut self) -> Result<u8, Fail> {
-        let mut b = [0u8; 1];
-        self.fill(&mut b)?;
-        Ok(b[0])
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) -> Result<(), Fail> {
-        match self.input.read_exact(buf) {
-            Ok(()) => {
-                self.at += buf.len() as u64;
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(decode(format!(
-                "the pickle ends at byte {} without its STOP opcode (truncated?)",
-                self.at
-            ))),
-            Err(e) => Err(Fail::Io(e)),
-        }
-    }
-
-    fn u32le(&mut self) -> Result<u64, Fail> {
-        let mut b = [0u8; 4];
-        self.fill(&mut b)?;
-        Ok(u64::from(u32::from_le_bytes(b)))
-    }
-
-    fn u64le(&mut self) -> Result<u64, Fail> {
-        let mut b = [0u8; 8];
-        self.fill(&mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-
-    /// `n` bytes, kept (bounded by `limit`) or, when `keep` is false, read past.
-    fn bytes(&mut self, n: u64, keep: bool, limit: Limit) -> Result<Vec<u8>, Fail> {
-        if keep && n > limit.of(self.limits) {
-            return Err(Hit::new(limit, self.limits).into());
-        }
-        let mut out = Vec::new();
-        let got = if keep {
-            (&mut *self.input).take(n).read_to_end(&mut out)
-        } else {
-            std::io::copy(&mut (&mut *self.input).take(n), &mut std::io::sink())
-                .map(|c| usize::try_from(c).unwrap_or(usize::MAX))
-        }
-        .map_err(Fail::Io)?;
-        self.at += got as u64;
-        if (got as u64) < n {
-            return Err(decode(format!(
-                "the pickle ends at byte {} inside a {n}-byte value (truncated?)",
-                self.at
-            )));
-        }
-        Ok(out)
-    }
-
-    /// One text line (protocol 0 arguments), without its newline, at most `limit` bytes.
-    fn line(&mut self, limit: Limit) -> Result<Vec<u8>, Fail> {
-        let max = limit.of(self.limits);
-        let mut out = Vec::new();
-        let got = (&mut *self.input)
-            .take(max.saturating_add(1))
-            .read_until(b'\n', &mut out)
-            .map_err(Fail::Io)?;
-        self.at += got as u64;
-        if out.last() != Some(&b'\n') {
-            if got as u64 > max {
-                return Err(Hit::new(limit, self.limits).into());
-            }
-            return Err(decode(format!(
-                "the pickle ends at byte {} inside a text argument (truncated?)",
-                self.at
-            )));
-        }
-        out.pop();
-        Ok(out)
-    }
-
     fn skipping(&self) -> bool {
         self.skip.is_some()
     }
 
-    /// Ends reading past a value when `op` is at the value's level and starts the next key,
-    /// or reaches below it.
+    /// Ends reading past a value when `op` ends it.
     fn leave_skip_before(&mut self, op: u8) {
-        let Some(s) = self.skip else { return };
-        let len = self.stack.len();
-        let r = reach(op);
-        let below = (r > 0 && len < s.pos + r)
-            || self.marks.len() < s.marks
-            || (uses_mark(op) && self.marks.len() <= s.marks);
-        let next_key = len == s.pos + 1 && self.marks.len() == s.marks && is_key_like(op);
-        if below || next_key {
+        if self
+            .skip
+            .is_some_and(|s| s.ends_before(op, self.stack.len(), self.marks.len()))
+        {
             self.skip = None;
         }
     }
@@ -194,19 +74,24 @@ impl Machine<'_> {
         if self.marks.last() == Some(&self.stack.len()) {
             return Err(decode(format!(
                 "opcode at byte {} pops past a MARK",
-                self.at
+                self.inp.at
             )));
         }
-        self.stack
-            .pop()
-            .ok_or_else(|| decode(format!("opcode at byte {} pops an empty stack", self.at)))
+        self.stack.pop().ok_or_else(|| {
+            decode(format!(
+                "opcode at byte {} pops an empty stack",
+                self.inp.at
+            ))
+        })
     }
 
     fn top(&self) -> Result<Ref, Fail> {
-        self.stack
-            .last()
-            .copied()
-            .ok_or_else(|| decode(format!("opcode at byte {} reads an empty stack", self.at)))
+        self.stack.last().copied().ok_or_else(|| {
+            decode(format!(
+                "opcode at byte {} reads an empty stack",
+                self.inp.at
+            ))
+        })
     }
 
     /// The items above the last MARK, which is removed.
@@ -214,7 +99,7 @@ impl Machine<'_> {
         let m = self
             .marks
             .pop()
-            .ok_or_else(|| decode(format!("opcode at byte {} needs a MARK", self.at)))?;
+            .ok_or_else(|| decode(format!("opcode at byte {} needs a MARK", self.inp.at)))?;
         Ok(self.stack.split_off(m))
     }
 
@@ -286,7 +171,7 @@ impl Machine<'_> {
     fn string(&mut self, n: u64) -> Result<(), Fail> {
         // Only short strings can be names a reader compares; a long one is read past.
         let keep = !self.skipping() || n <= 24;
-        let bytes = self.bytes(n, keep, Limit::StringBytes)?;
+        let bytes = self.inp.bytes(n, keep, Limit::StringBytes)?;
         if keep {
             self.push_string(&bytes)
         } else {
@@ -322,7 +207,7 @@ impl Machine<'_> {
             .ok_or_else(|| {
                 decode(format!(
                     "memo reference {index} at byte {} was never stored",
-                    self.at
+                    self.inp.at
                 ))
             })?;
         if self.skipping() {
@@ -338,7 +223,7 @@ impl Machine<'_> {
         if n > self.limits.integer_digits {
             return Err(Hit::new(Limit::IntegerDigits, self.limits).into());
         }
-        let b = self.bytes(n, true, Limit::IntegerDigits)?;
+        let b = self.inp.bytes(n, true, Limit::IntegerDigits)?;
         if b.len() > 8 {
             return self.push_val(Val::Other("an integer wider than 64 bits"));
         }
@@ -350,7 +235,7 @@ impl Machine<'_> {
 
     /// A protocol-0 integer literal (`I`, `L`): digits, parsed in linear time.
     fn text_int(&mut self, long: bool) -> Result<(), Fail> {
-        let mut line = self.line(Limit::IntegerDigits)?;
+        let mut line = self.inp.line(Limit::IntegerDigits)?;
         if long && line.last() == Some(&b'L') {
             line.pop();
         }
@@ -364,7 +249,7 @@ impl Machine<'_> {
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return Err(decode(format!(
                 "integer literal at byte {} is not a decimal integer",
-                self.at
+                self.inp.at
             )));
         }
         match text.parse::<i64>() {
@@ -374,11 +259,16 @@ impl Machine<'_> {
     }
 
     fn text_index(&mut self) -> Result<u64, Fail> {
-        let line = self.line(Limit::IntegerDigits)?;
+        let line = self.inp.line(Limit::IntegerDigits)?;
         std::str::from_utf8(&line)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| decode(format!("memo index at byte {} is not a number", self.at)))
+            .ok_or_else(|| {
+                decode(format!(
+                    "memo index at byte {} is not a number",
+                    self.inp.at
+                ))
+            })
     }
 
     /// Executes `op`; true at STOP.
@@ -388,10 +278,10 @@ impl Machine<'_> {
         let memo_op = matches!(op, 0x94 | b'q' | b'r' | b'p' | 0x95 | 0x80);
         match op {
             0x80 => {
-                self.byte()?;
+                self.inp.byte()?;
             }
             0x95 => {
-                self.u64le()?;
+                self.inp.u64le()?;
             }
             b'.' => {
                 let root = self.pop()?;
@@ -418,28 +308,28 @@ impl Machine<'_> {
             0x89 => self.push_int(0)?,
             b'J' => {
                 let mut b = [0u8; 4];
-                self.fill(&mut b)?;
+                self.inp.fill(&mut b)?;
                 self.push_int(i64::from(i32::from_le_bytes(b)))?;
             }
             b'K' => {
-                let b = self.byte()?;
+                let b = self.inp.byte()?;
                 self.push_int(i64::from(b))?;
             }
             b'M' => {
                 let mut b = [0u8; 2];
-                self.fill(&mut b)?;
+                self.inp.fill(&mut b)?;
                 self.push_int(i64::from(u16::from_le_bytes(b)))?;
             }
             0x8a => {
-                let n = self.byte()?;
+                let n = self.inp.byte()?;
                 self.long_bytes(u64::from(n))?;
             }
             0x8b => {
-                let n = self.u32le()?;
+                let n = self.inp.u32le()?;
                 if n >= 1 << 31 {
                     return Err(decode(format!(
                         "LONG4 at byte {} has a negative length",
-                        self.at
+                        self.inp.at
                     )));
                 }
                 self.long_bytes(n)?;
@@ -447,46 +337,46 @@ impl Machine<'_> {
             b'I' => self.text_int(false)?,
             b'L' => self.text_int(true)?,
             b'F' => {
-                self.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
                 self.push_val(Val::Other("a float"))?;
             }
             b'G' => {
-                self.u64le()?;
+                self.inp.u64le()?;
                 self.push_val(Val::Other("a float"))?;
             }
             b'X' | b'T' => {
-                let n = self.u32le()?;
+                let n = self.inp.u32le()?;
                 self.string(n)?;
             }
             0x8c | b'U' => {
-                let n = self.byte()?;
+                let n = self.inp.byte()?;
                 self.string(u64::from(n))?;
             }
             0x8d => {
-                let n = self.u64le()?;
+                let n = self.inp.u64le()?;
                 self.string(n)?;
             }
             b'V' => {
-                let line = self.line(Limit::StringBytes)?;
+                let line = self.inp.line(Limit::StringBytes)?;
                 self.push_string(&line)?;
             }
             b'S' => {
-                self.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
                 self.push_val(Val::Other("a protocol-0 string"))?;
             }
             b'B' => {
-                let n = self.u32le()?;
-                self.bytes(n, false, Limit::StringBytes)?;
+                let n = self.inp.u32le()?;
+                self.inp.bytes(n, false, Limit::StringBytes)?;
                 self.push_val(Val::Other("bytes"))?;
             }
             b'C' => {
-                let n = self.byte()?;
-                self.bytes(u64::from(n), false, Limit::StringBytes)?;
+                let n = self.inp.byte()?;
+                self.inp.bytes(u64::from(n), false, Limit::StringBytes)?;
                 self.push_val(Val::Other("bytes"))?;
             }
             0x8e | 0x96 => {
-                let n = self.u64le()?;
-                self.bytes(n, false, Limit::StringBytes)?;
+                let n = self.inp.u64le()?;
+                self.inp.bytes(n, false, Limit::StringBytes)?;
                 self.push_val(Val::Other("bytes"))?;
             }
             b']' | b')' => self.push_val(Val::List(Vec::new()))?,
@@ -499,7 +389,10 @@ impl Machine<'_> {
             0x85..=0x87 => {
                 let n = usize::from(op - 0x84);
                 if self.stack.len() < n + self.marks.last().copied().unwrap_or(0) {
-                    return Err(decode(format!("TUPLE{n} at byte {} lacks items", self.at)));
+                    return Err(decode(format!(
+                        "TUPLE{n} at byte {} lacks items",
+                        self.inp.at
+                    )));
                 }
                 let items = self.stack.split_off(self.stack.len() - n);
                 self.push_list(items)?;
@@ -546,11 +439,11 @@ impl Machine<'_> {
                 self.put(index)?;
             }
             b'q' => {
-                let i = self.byte()?;
+                let i = self.inp.byte()?;
                 self.put(u64::from(i))?;
             }
             b'r' => {
-                let i = self.u32le()?;
+                let i = self.inp.u32le()?;
                 self.put(i)?;
             }
             b'p' => {
@@ -558,11 +451,11 @@ impl Machine<'_> {
                 self.put(i)?;
             }
             b'h' => {
-                let i = self.byte()?;
+                let i = self.inp.byte()?;
                 self.get(u64::from(i))?;
             }
             b'j' => {
-                let i = self.u32le()?;
+                let i = self.inp.u32le()?;
                 self.get(i)?;
             }
             b'g' => {
@@ -571,8 +464,8 @@ impl Machine<'_> {
             }
             // Globals, calls and object constructions: never looked up, never executed.
             b'c' => {
-                self.line(Limit::StringBytes)?;
-                self.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
                 self.push_val(Val::Other(INERT))?;
             }
             0x93 | b'R' | 0x81 => {
@@ -587,8 +480,8 @@ impl Machine<'_> {
                 self.push_val(Val::Other(INERT))?;
             }
             b'i' => {
-                self.line(Limit::StringBytes)?;
-                self.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
                 self.pop_mark()?;
                 self.push_val(Val::Other(INERT))?;
             }
@@ -601,20 +494,20 @@ impl Machine<'_> {
                 self.top()?;
             }
             0x82 => {
-                self.byte()?;
+                self.inp.byte()?;
                 self.push_val(Val::Other(INERT))?;
             }
             0x83 => {
                 let mut b = [0u8; 2];
-                self.fill(&mut b)?;
+                self.inp.fill(&mut b)?;
                 self.push_val(Val::Other(INERT))?;
             }
             0x84 => {
-                self.u32le()?;
+                self.inp.u32le()?;
                 self.push_val(Val::Other(INERT))?;
             }
             b'P' => {
-                self.line(Limit::StringBytes)?;
+                self.inp.line(Limit::StringBytes)?;
                 self.push_val(Val::Other(INERT))?;
             }
             b'Q' => {
@@ -628,7 +521,7 @@ impl Machine<'_> {
             other => {
                 return Err(decode(format!(
                     "unknown opcode {other:#04x} at byte {}",
-                    self.at - 1
+                    self.inp.at - 1
                 )));
             }
         }
@@ -660,7 +553,7 @@ impl Machine<'_> {
         } else {
             Err(decode(format!(
                 "APPEND at byte {} to {}, not a list",
-                self.at,
+                self.inp.at,
                 self.doc.view(list).kind()
             )))
         }
@@ -673,14 +566,14 @@ impl Machine<'_> {
         if items.len() % 2 != 0 {
             return Err(decode(format!(
                 "SETITEMS at byte {} with an odd number of items",
-                self.at
+                self.inp.at
             )));
         }
         for pair in items.chunks_exact(2) {
             if !self.doc.set_item(dict, pair[0], pair[1])? {
                 return Err(decode(format!(
                     "SETITEM at byte {} on {}, not a dict",
-                    self.at,
+                    self.inp.at,
                     self.doc.view(dict).kind()
                 )));
             }
