@@ -264,6 +264,22 @@ fn the_settings_list_and_what_cannot_be_replayed() {
     ));
     assert!(plan("max_split_size_mb:abc", true).is_err());
     assert!(plan("bogus:1", true).is_err());
+    // A page size the allocator would round up is not replayed under its label (issue 27:
+    // `expandable_segments_page_size_mb:1` was reported as 1 MiB pages with 2 MiB figures).
+    match plan(
+        "expandable_segments:True,expandable_segments_page_size_mb:1",
+        true,
+    ) {
+        Ok(Plan::NotAvailable(why)) => assert!(why.contains("2 MiB pages"), "{why}"),
+        other => panic!("expected not available, got {other:?}"),
+    }
+    assert!(matches!(
+        plan(
+            "expandable_segments:True,expandable_segments_page_size_mb:4",
+            true
+        ),
+        Ok(Plan::Replay(_))
+    ));
     // Every default setting is either replayed or says why not.
     let h = trace("memreuse.trace/1\nalloc 1 4096 0\nfree 1 4096 0\nend 2\n");
     let outcomes = evaluate(&h, &list, None, false, &mut |_| {}).unwrap();

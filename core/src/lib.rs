@@ -155,6 +155,7 @@ mod error;
 pub mod history;
 mod ids;
 pub mod observe;
+pub mod output;
 pub mod process_group;
 pub mod race;
 mod registry;

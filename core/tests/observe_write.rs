@@ -1,5 +1,6 @@
 //! Snapshot and timeline files are written next to the target through a unique temporary
-//! file, never replace anything but a regular file, and `Ok` means the file is there.
+//! file, never replace anything but a regular file (a FIFO is written through), and `Ok`
+//! means the file is there.
 
 use std::path::{Path, PathBuf};
 
@@ -31,7 +32,7 @@ fn leftovers(d: &Path) -> Vec<String> {
 
 #[cfg(unix)]
 #[test]
-fn symlinks_and_fifos_are_refused_and_left_alone() {
+fn symlinks_are_refused_and_fifos_written_through() {
     let d = dir("special");
     let target = d.join("target.json");
     std::fs::write(&target, "original").expect("write");
@@ -66,11 +67,15 @@ fn symlinks_and_fifos_are_refused_and_left_alone() {
         .status()
         .is_ok_and(|s| s.success());
     if made {
-        let err = timeline("a").write(&fifo).expect_err("a FIFO is refused");
-        assert!(
-            matches!(&err, ExportError::NotARegularFile { kind: "FIFO", .. }),
-            "{err}"
-        );
+        // A FIFO is written through to its reader (memreuse_core::output), never replaced.
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).expect("read the FIFO"))
+        };
+        timeline("a")
+            .write(&fifo)
+            .expect("a FIFO is written through");
+        assert!(reader.join().expect("reader").contains("traceEvents"));
         let kind = std::fs::symlink_metadata(&fifo)
             .expect("still there")
             .file_type();

@@ -4,6 +4,8 @@
 use memreuse_core::history::HistoryError;
 use thiserror::Error;
 
+use super::limits::Limit;
+
 /// An import failure.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -68,5 +70,21 @@ pub enum ImportError {
         device: usize,
         /// Devices that have entries.
         devices: Vec<usize>,
+    },
+    /// The file runs into one of the importer's bounds (`ImportLimits`,
+    /// `docs/whatif-format.md` "Limits"): it is hostile, corrupt or larger than any real
+    /// snapshot; nothing is replayed.
+    #[error(
+        "{path}: exceeds the importer's `{}` limit of {max} (docs/whatif-format.md, Limits): \
+         the file is corrupt, hostile or larger than the importer admits",
+        limit.name()
+    )]
+    LimitExceeded {
+        /// The file.
+        path: String,
+        /// Which bound.
+        limit: Limit,
+        /// Its value.
+        max: u64,
     },
 }

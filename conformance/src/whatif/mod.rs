@@ -9,11 +9,17 @@
 //! the settings' reserved memory overlaid).
 
 mod capacity_search;
+mod doc;
 mod error;
 mod history;
 mod html;
 mod import;
+mod json;
+mod limits;
 mod output;
+mod pickle;
+mod pickle_input;
+mod pickle_skip;
 mod replay;
 mod settings;
 mod snapshot_import;
@@ -23,11 +29,13 @@ use std::process::ExitCode;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use memreuse_core::output::{OutputRules, write_output};
 
 pub use capacity_search::{CAPACITY_STEP, smallest_fitting_capacity};
 pub use error::ImportError;
 pub use history::{Action, Entry, InitialBlock, ReplayHistory};
-pub use import::{import_bytes, import_file};
+pub use import::{import_bytes, import_file, import_file_with, import_reader};
+pub use limits::{ImportLimits, Limit};
 pub use output::{Outcome, SettingOutcome, WHATIF_FORMAT, render_table, to_json};
 pub use replay::{CHART_POINTS, PROGRESS_EVERY, ReplayFigures, replay};
 pub use settings::{GC_SETTING, MAX_SPLIT_SWEEP_MB, Plan, default_settings, plan};
@@ -230,22 +238,32 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
         print!("{table}");
     }
     let mut status = ExitCode::SUCCESS;
+    // Every output goes through the one writer: never over the history itself, never
+    // through a symbolic link, the page never outside --report.
+    let rules = OutputRules::new().input(&args.file);
     if let Some(path) = &args.json {
         let doc = to_json(&file, &history, capacity, &outcomes);
-        if let Err(e) = std::fs::write(path, doc) {
-            eprintln!("whatif: cannot write {}: {e}", path.display());
+        if let Err(e) = write_output(path, doc.as_bytes(), &rules) {
+            eprintln!("whatif: --json: {e}");
             status = ExitCode::FAILURE;
         }
     }
     if let Some(dir) = &args.report {
         let page = html::render_page(&file, &table, &outcomes, history.live_peak_bytes());
         let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(dir.join("index.html"), page));
+            .map_err(|source| memreuse_core::output::OutputError::Io {
+                path: dir.display().to_string(),
+                source,
+            })
+            .and_then(|()| {
+                write_output(
+                    &dir.join("index.html"),
+                    page.as_bytes(),
+                    &rules.clone().within(dir),
+                )
+            });
         if let Err(e) = written {
-            eprintln!(
-                "whatif: cannot write {}: {e}",
-                dir.join("index.html").display()
-            );
+            eprintln!("whatif: --report: {e}");
             status = ExitCode::FAILURE;
         }
     }

@@ -3,6 +3,7 @@
 
 use memreuse_core::AllocatorConfig;
 use memreuse_core::allocator::ConfigError;
+use memreuse_core::testing::MANUAL_VM_GRANULARITY;
 
 /// The `max_split_size_mb` values of the default sweep.
 pub const MAX_SPLIT_SWEEP_MB: [u64; 4] = [64, 128, 256, 512];
@@ -53,6 +54,22 @@ pub fn plan(conf: &str, capacity_known: bool) -> Result<Plan, ConfigError> {
                      capacity: give --device-memory BYTES (the history names none)"
                         .to_owned(),
                 ));
+            }
+            // The allocator rounds a page size up to the device's mapping granularity: the
+            // row would carry the setting's label with another page size's figures.
+            let page = config.expandable_segments_page_size;
+            if config.expandable_segments && page % MANUAL_VM_GRANULARITY != 0 {
+                return Ok(Plan::NotAvailable(format!(
+                    "expandable_segments_page_size_mb:{} is not a multiple of the device's {} MiB \
+                     mapping granularity (the allocator would use {} MiB pages): give a multiple \
+                     of {}",
+                    page >> 20,
+                    MANUAL_VM_GRANULARITY >> 20,
+                    page.max(MANUAL_VM_GRANULARITY)
+                        .next_multiple_of(MANUAL_VM_GRANULARITY)
+                        >> 20,
+                    MANUAL_VM_GRANULARITY >> 20,
+                )));
             }
             Ok(Plan::Replay(config))
         }

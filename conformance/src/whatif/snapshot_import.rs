@@ -3,83 +3,28 @@
 //! replayed, the recording allocator's own segment decisions are skipped, and blocks live
 //! before the trace ring's first entry are rebuilt from `segments`.
 
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
 
+use super::doc::{Doc, Ref, View};
 use super::error::ImportError;
 use super::history::{Action, Entry, InitialBlock, ReplayHistory};
+use super::json::read_json;
+use super::limits::{Fail, ImportLimits, Limit};
+use super::pickle::read_pickle;
 
-/// The part of a pickle or JSON value a snapshot uses.
-#[derive(Debug)]
-enum Node {
-    Int(i64),
-    Str(String),
-    List(Vec<Node>),
-    Dict(HashMap<String, Node>),
-    /// Anything else (None, floats, bytes, sets, integers wider than 64 bits), named.
-    Other(&'static str),
-}
-
-impl Node {
-    fn from_pickle(v: serde_pickle::Value) -> Node {
-        use serde_pickle::{HashableValue, Value};
-        match v {
-            Value::I64(i) => Node::Int(i),
-            Value::Bool(b) => Node::Int(i64::from(b)),
-            Value::String(s) => Node::Str(s),
-            Value::List(l) | Value::Tuple(l) => {
-                Node::List(l.into_iter().map(Node::from_pickle).collect())
-            }
-            Value::Dict(d) => Node::Dict(
-                d.into_iter()
-                    .filter_map(|(k, v)| match k {
-                        HashableValue::String(k) => Some((k, Node::from_pickle(v))),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
-            Value::None => Node::Other("None"),
-            Value::Int(_) => Node::Other("an integer wider than 64 bits"),
-            Value::F64(_) => Node::Other("a float"),
-            Value::Bytes(_) => Node::Other("bytes"),
-            Value::Set(_) | Value::FrozenSet(_) => Node::Other("a set"),
-        }
-    }
-
-    fn from_json(v: serde_json::Value) -> Node {
-        use serde_json::Value;
-        match v {
-            Value::Number(n) => n
-                .as_i64()
-                .map_or(Node::Other("a non-integer number"), Node::Int),
-            Value::Bool(b) => Node::Int(i64::from(b)),
-            Value::String(s) => Node::Str(s),
-            Value::Array(a) => Node::List(a.into_iter().map(Node::from_json).collect()),
-            Value::Object(o) => Node::Dict(
-                o.into_iter()
-                    .map(|(k, v)| (k, Node::from_json(v)))
-                    .collect(),
-            ),
-            Value::Null => Node::Other("null"),
-        }
-    }
-
-    fn kind(&self) -> &'static str {
-        match self {
-            Node::Int(_) => "an integer",
-            Node::Str(_) => "a string",
-            Node::List(_) => "a list",
-            Node::Dict(_) => "a dict",
-            Node::Other(what) => what,
-        }
-    }
-}
-
-/// Decoding context: the file name for errors.
+/// Reading context: the file name for errors, the decoded document, and the count of items
+/// read again through shared containers (bounded by [`Limit::MemoCopies`]).
 struct Ctx<'a> {
     path: &'a str,
+    doc: &'a Doc,
+    visited: RefCell<Vec<u64>>,
+    copies: Cell<u64>,
+    max_copies: u64,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     fn shape(&self, at: impl Into<String>, message: impl Into<String>) -> ImportError {
         ImportError::Shape {
             path: self.path.to_owned(),
@@ -88,16 +33,43 @@ impl Ctx<'_> {
         }
     }
 
-    fn dict<'n>(&self, node: &'n Node, at: &str) -> Result<&'n HashMap<String, Node>, ImportError> {
-        match node {
-            Node::Dict(d) => Ok(d),
+    /// Counts reading the container at arena index `node` with `len` items: a second read
+    /// (the container is shared) counts its items as copies.
+    fn visit(&self, node: usize, len: usize) -> Result<(), ImportError> {
+        let mut visited = self.visited.borrow_mut();
+        let (word, bit) = (node / 64, 1u64 << (node % 64));
+        if visited[word] & bit == 0 {
+            visited[word] |= bit;
+            return Ok(());
+        }
+        let copies = self.copies.get() + len as u64;
+        self.copies.set(copies);
+        if copies > self.max_copies {
+            return Err(ImportError::LimitExceeded {
+                path: self.path.to_owned(),
+                limit: Limit::MemoCopies,
+                max: self.max_copies,
+            });
+        }
+        Ok(())
+    }
+
+    fn dict(&self, node: Ref, at: &str) -> Result<&'a [(Ref, Ref)], ImportError> {
+        match self.doc.view(node) {
+            View::Dict(d, i) => {
+                self.visit(i, d.len())?;
+                Ok(d)
+            }
             other => Err(self.shape(at, format!("expected a dict, found {}", other.kind()))),
         }
     }
 
-    fn list<'n>(&self, node: &'n Node, at: &str) -> Result<&'n [Node], ImportError> {
-        match node {
-            Node::List(l) => Ok(l),
+    fn list(&self, node: Ref, at: &str) -> Result<&'a [Ref], ImportError> {
+        match self.doc.view(node) {
+            View::List(l, i) => {
+                self.visit(i, l.len())?;
+                Ok(l)
+            }
             other => Err(self.shape(at, format!("expected a list, found {}", other.kind()))),
         }
     }
@@ -105,44 +77,57 @@ impl Ctx<'_> {
     /// A non-negative integer field; `None` when absent and `required` is false.
     fn uint(
         &self,
-        d: &HashMap<String, Node>,
+        d: &[(Ref, Ref)],
         key: &str,
         at: &str,
         required: bool,
     ) -> Result<Option<u64>, ImportError> {
-        match d.get(key) {
+        match d
+            .iter()
+            .rev()
+            .find(|(k, _)| matches!(self.doc.view(*k), View::Str(s) if s == key))
+        {
             None if !required => Ok(None),
             None => Err(self.shape(at, format!("`{key}` is missing"))),
-            Some(Node::Int(i)) => u64::try_from(*i).map(Some).map_err(|_| {
-                self.shape(
+            Some(&(_, v)) => match self.doc.view(v) {
+                View::Int(i) => u64::try_from(i).map(Some).map_err(|_| {
+                    self.shape(
+                        at,
+                        format!("`{key}` is {i}: expected a non-negative integer"),
+                    )
+                }),
+                other => Err(self.shape(
                     at,
-                    format!("`{key}` is {i}: expected a non-negative integer"),
-                )
-            }),
-            Some(other) => Err(self.shape(
-                at,
-                format!(
-                    "`{key}` is {}: expected a non-negative integer",
-                    other.kind()
-                ),
-            )),
+                    format!(
+                        "`{key}` is {}: expected a non-negative integer",
+                        other.kind()
+                    ),
+                )),
+            },
         }
     }
 
-    fn string<'n>(
-        &self,
-        d: &'n HashMap<String, Node>,
-        key: &str,
-        at: &str,
-    ) -> Result<&'n str, ImportError> {
-        match d.get(key) {
-            Some(Node::Str(s)) => Ok(s),
+    fn string(&self, d: &[(Ref, Ref)], key: &str, at: &str) -> Result<&'a str, ImportError> {
+        match self.doc.get(d, key).map(|v| self.doc.view(v)) {
+            Some(View::Str(s)) => Ok(s),
             None => Err(self.shape(at, format!("`{key}` is missing"))),
             Some(other) => Err(self.shape(
                 at,
                 format!("`{key}` is {}: expected a string", other.kind()),
             )),
         }
+    }
+
+    /// Whether `entry` is a `free_completed` of `addr` (a look ahead: not counted as a
+    /// read).
+    fn completes(&self, entry: Ref, addr: u64) -> bool {
+        let View::Dict(d, _) = self.doc.view(entry) else {
+            return false;
+        };
+        matches!(
+            self.doc.get(d, "action").map(|a| self.doc.view(a)),
+            Some(View::Str("free_completed"))
+        ) && matches!(self.doc.get(d, "addr").map(|a| self.doc.view(a)), Some(View::Int(a)) if a as u64 == addr)
     }
 }
 
@@ -157,52 +142,57 @@ enum Held {
     Pending,
 }
 
-/// Decodes a pickle (`json == false`) or JSON snapshot and builds the history of `device`
-/// (`None`: the first device with trace entries).
+/// Decodes a pickle (`json == false`) or JSON snapshot read from `input` and builds the
+/// history of `device` (`None`: the first device with trace entries), within `limits`.
 pub fn import_snapshot(
     path: &str,
-    bytes: &[u8],
+    input: &mut dyn BufRead,
     json: bool,
     device: Option<usize>,
+    limits: &ImportLimits,
 ) -> Result<ReplayHistory, ImportError> {
-    let ctx = Ctx { path };
-    let root = if json {
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| ImportError::Decode {
-                path: path.to_owned(),
-                what: "JSON",
-                message: e.to_string(),
-            })?;
-        Node::from_json(v)
+    let what = if json { "JSON" } else { "pickle" };
+    let decoded = if json {
+        read_json(input, limits)
     } else {
-        // Python's pickle writes an object shared by several entries once and refers to it
-        // again (PyTorch shares `frames`); serde-pickle 1.2 cannot hand such a shared nested
-        // container out twice and, with this option, gives `None` for the later copies.
-        // Only stack frames are shared that way in snapshots, and they are not read here.
-        let options = serde_pickle::DeOptions::new()
-            .replace_unresolved_globals()
-            .replace_recursive_structures();
-        let v =
-            serde_pickle::value_from_slice(bytes, options).map_err(|e| ImportError::Decode {
-                path: path.to_owned(),
-                what: "pickle",
-                message: e.to_string(),
-            })?;
-        Node::from_pickle(v)
+        read_pickle(input, limits)
     };
-    let root = ctx.dict(&root, "the top level")?;
-    let traces = match root.get("device_traces") {
+    let doc = decoded.map_err(|fail| match fail {
+        Fail::Limit(hit) => ImportError::LimitExceeded {
+            path: path.to_owned(),
+            limit: hit.limit,
+            max: hit.max,
+        },
+        Fail::Decode(message) => ImportError::Decode {
+            path: path.to_owned(),
+            what,
+            message,
+        },
+        Fail::Io(source) => ImportError::Io {
+            path: path.to_owned(),
+            source,
+        },
+    })?;
+    let ctx = Ctx {
+        path,
+        doc: &doc,
+        visited: RefCell::new(vec![0; doc.node_count().div_ceil(64)]),
+        copies: Cell::new(0),
+        max_copies: limits.memo_copies,
+    };
+    let root = ctx.dict(doc.root, "the top level")?;
+    let traces = match doc.get(root, "device_traces") {
         Some(node) => ctx.list(node, "device_traces")?,
         None => &[],
     };
     let with_entries: Vec<usize> = (0..traces.len())
-        .filter(|&d| matches!(&traces[d], Node::List(l) if !l.is_empty()))
+        .filter(|&d| matches!(doc.view(traces[d]), View::List(l, _) if !l.is_empty()))
         .collect();
     let device = match device {
         Some(d) => d,
         None => with_entries.first().copied().unwrap_or(0),
     };
-    let Some(entries) = traces.get(device) else {
+    let Some(&entries) = traces.get(device) else {
         return Err(ImportError::NoTrace {
             path: path.to_owned(),
             device,
@@ -237,7 +227,7 @@ pub fn import_snapshot(
     let mut i = 0;
     while i < entries.len() {
         let at = format!("device_traces[{device}][{i}]");
-        let e = ctx.dict(&entries[i], &at)?;
+        let e = ctx.dict(entries[i], &at)?;
         let action = ctx.string(e, "action", &at)?;
         let source = i as u64;
         i += 1;
@@ -268,11 +258,9 @@ pub fn import_snapshot(
                     Some(&(id, Held::Allocated)) => {
                         // PyTorch records `free_completed` right after `free_requested` when
                         // no other stream uses the block: then it is a plain free.
-                        let completes_now = entries.get(i).is_some_and(|next| {
-                            matches!(next, Node::Dict(n)
-                                if matches!(n.get("action"), Some(Node::Str(a)) if a == "free_completed")
-                                && matches!(n.get("addr"), Some(Node::Int(a)) if *a as u64 == addr))
-                        });
+                        let completes_now = entries
+                            .get(i)
+                            .is_some_and(|&next| ctx.completes(next, addr));
                         let action = if completes_now {
                             i += 1;
                             live.remove(&addr);
@@ -341,24 +329,24 @@ pub fn import_snapshot(
 /// order.
 fn reconstruct_initial(
     ctx: &Ctx<'_>,
-    root: &HashMap<String, Node>,
+    root: &[(Ref, Ref)],
     device: usize,
     live: &HashMap<u64, (usize, Held)>,
     out: &mut ReplayHistory,
 ) -> Result<(), ImportError> {
-    let Some(segments) = root.get("segments") else {
+    let Some(segments) = ctx.doc.get(root, "segments") else {
         return Ok(());
     };
     let mut found = Vec::new();
     for (s, seg) in ctx.list(segments, "segments")?.iter().enumerate() {
         let at = format!("segments[{s}]");
-        let seg = ctx.dict(seg, &at)?;
+        let seg = ctx.dict(*seg, &at)?;
         if ctx.uint(seg, "device", &at, false)?.unwrap_or(0) != device as u64 {
             continue;
         }
         let stream = ctx.uint(seg, "stream", &at, false)?.unwrap_or(0);
         let mut addr = ctx.uint(seg, "address", &at, true)?.unwrap_or_default();
-        let Some(blocks) = seg.get("blocks") else {
+        let Some(blocks) = ctx.doc.get(seg, "blocks") else {
             continue;
         };
         for (b, block) in ctx
@@ -367,7 +355,7 @@ fn reconstruct_initial(
             .enumerate()
         {
             let at = format!("{at}.blocks[{b}]");
-            let block = ctx.dict(block, &at)?;
+            let block = ctx.dict(*block, &at)?;
             let size = ctx.uint(block, "size", &at, true)?.unwrap_or_default();
             let block_addr = ctx.uint(block, "address", &at, false)?.unwrap_or(addr);
             addr = block_addr + size;

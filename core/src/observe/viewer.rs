@@ -18,6 +18,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::allocator::{Snapshot, TraceAction, TraceEntry, trace_clock_us};
+use crate::output::OutputError;
 
 /// Why a snapshot could not be exported.
 #[derive(Debug, thiserror::Error)]
@@ -49,8 +50,8 @@ pub enum ExportError {
         /// The error.
         source: std::io::Error,
     },
-    /// The path names something other than a regular file (a symlink, a FIFO, a device,
-    /// a directory): it is left alone rather than replaced by a regular file.
+    /// The path names something that is neither replaced nor written through (a symbolic
+    /// link, a directory, a block device): it is left alone.
     #[error("refusing to replace {path}: it is a {kind}, not a regular file")]
     NotARegularFile {
         /// The path.
@@ -58,6 +59,9 @@ pub enum ExportError {
         /// What it is.
         kind: &'static str,
     },
+    /// The project's output writer refused the path for another reason.
+    #[error(transparent)]
+    Output(OutputError),
 }
 
 fn i64_of(field: &'static str, value: u64) -> Result<i64, ExportError> {
@@ -260,68 +264,18 @@ impl ViewerSnapshot {
     }
 }
 
-/// Writes `bytes` to `path` through a uniquely named temporary file next to it, renamed
-/// over it; refuses to replace anything but a regular file. `Ok` means the file is there.
+/// Writes `bytes` to `path` by the project's one output writer ([`crate::output`]): a
+/// regular file is replaced atomically, a character device or FIFO written through, a
+/// symbolic link (other than `/dev/stdout` and kin), a directory or a block device refused
+/// and left alone. `Ok` means the file is there.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    use std::io::Write;
-    let io = |source| ExportError::Io {
-        path: path.display().to_string(),
-        source,
-    };
-    // Only a regular file (or nothing) may be replaced: renaming over a symlink, a FIFO
-    // or a device would turn it into a regular file and report it "written".
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if !meta.file_type().is_file() => {
-            return Err(ExportError::NotARegularFile {
-                path: path.display().to_string(),
-                kind: file_kind(meta.file_type()),
-            });
+    match crate::output::write_file(path, bytes) {
+        Ok(_) => Ok(()),
+        Err(OutputError::NotARegularFile { path, kind }) => {
+            Err(ExportError::NotARegularFile { path, kind })
         }
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    // A uniquely named temporary file next to the target (same file system, so the rename
-    // is atomic): writers of one path never share a temporary file.
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map_or_else(|| "snapshot".into(), |n| n.to_string_lossy().into_owned());
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io)?;
-    tmp.write_all(bytes).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
-}
-
-/// What a non-regular file is, in words.
-fn file_kind(t: std::fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_fifo() {
-            return "FIFO";
-        }
-        if t.is_char_device() || t.is_block_device() {
-            return "device";
-        }
-        if t.is_socket() {
-            return "socket";
-        }
-    }
-    if t.is_symlink() {
-        "symbolic link"
-    } else if t.is_dir() {
-        "directory"
-    } else {
-        "special file"
+        Err(OutputError::Io { path, source }) => Err(ExportError::Io { path, source }),
+        Err(other) => Err(ExportError::Output(other)),
     }
 }
 
