@@ -15,12 +15,12 @@ use std::time::Duration;
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
 use memreuse_core::comm::{CommError, Communicator, DType, ReduceOp};
-use memreuse_core::{Backend, DevicePtr};
+use memreuse_core::{Backend, BackendError, DevicePtr};
 use parking_lot::{Mutex, RwLock};
 
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
-use crate::nccl_args::{bad, chunk, dev, dtype, op, raw_stream};
+use crate::nccl_args::{chunk, dev, dtype, op, raw_stream};
 use crate::nccl_init::{
     POLL_INTERVAL, WaitError, comm_state, still_in_progress, wait_ready, wait_settled, wait_until,
 };
@@ -51,7 +51,8 @@ pub struct NcclCommunicator {
     comm: RwLock<Option<RawComm>>,
     rank: usize,
     size: usize,
-    version: i32,
+    /// NCCL 2.28+ that exports `ncclAlltoAll` (probed by name: a missing symbol panics).
+    native_all_to_all: bool,
     /// One f32 for `barrier`.
     scratch: DevicePtr,
     pending: Mutex<Option<Vec<Pending>>>,
@@ -102,7 +103,8 @@ impl NcclCommunicator {
             comm: RwLock::new(Some(owned)),
             rank,
             size,
-            version,
+            native_all_to_all: version >= NCCL_ALLTOALL_VERSION
+                && crate::standin::nccl_has("ncclAlltoAll"),
             scratch,
             pending: Mutex::new(None),
             aborted: Mutex::new(None),
@@ -117,7 +119,7 @@ impl NcclCommunicator {
 
     /// True when `all_to_all` uses `ncclAlltoAll` (NCCL 2.28+), false for grouped send/recv.
     pub fn uses_native_all_to_all(&self) -> bool {
-        self.version >= NCCL_ALLTOALL_VERSION
+        self.native_all_to_all
     }
 
     fn check_alive(&self) -> Result<(), CommError> {
@@ -138,7 +140,7 @@ impl NcclCommunicator {
     ) -> Result<(), CommError> {
         let bytes = (count as u64)
             .checked_mul(dt.size_bytes())
-            .ok_or_else(|| bad(call, format!("{count} elements overflow")))?;
+            .ok_or_else(|| CommError::invalid_argument(call, format!("{count} elements overflow")))?;
         if bytes > 0 {
             self.device.check_range(call, p, bytes)?;
         }
@@ -149,7 +151,7 @@ impl NcclCommunicator {
         if std::sync::Arc::ptr_eq(s.raw().context(), self.device.context()) {
             Ok(())
         } else {
-            Err(bad(call, "stream belongs to another device"))
+            Err(CommError::invalid_argument(call, "stream belongs to another device"))
         }
     }
 
@@ -157,7 +159,7 @@ impl NcclCommunicator {
         if r < self.size {
             Ok(())
         } else {
-            Err(bad(
+            Err(CommError::invalid_argument(
                 call,
                 format!("{what} {r} outside the group of {}", self.size),
             ))
@@ -172,7 +174,7 @@ impl NcclCommunicator {
     ) -> Result<(), CommError> {
         self.check_alive()?;
         if self.pending.lock().is_some() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 call,
                 "collectives inside group_start/group_end are not supported",
             ));
@@ -244,7 +246,7 @@ impl NcclCommunicator {
         self.check_stream(call, stream)?;
         self.check_rank(call, "peer", peer)?;
         if peer == self.rank {
-            return Err(bad(call, "peer is this rank"));
+            return Err(CommError::invalid_argument(call, "peer is this rank"));
         }
         self.check_buf(call, buf, count, dt)?;
         let op = Pending {
@@ -447,7 +449,7 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         self.check_alive()?;
         let mut pending = self.pending.lock();
         if pending.is_some() {
-            return Err(bad("group_start", "a group is already open"));
+            return Err(CommError::invalid_argument("group_start", "a group is already open"));
         }
         *pending = Some(Vec::new());
         Ok(())
@@ -458,7 +460,7 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             .pending
             .lock()
             .take()
-            .ok_or_else(|| bad("group_end", "no group is open"))?;
+            .ok_or_else(|| CommError::invalid_argument("group_end", "no group is open"))?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -474,12 +476,12 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         ranks: &[usize],
     ) -> Result<Option<Box<dyn Communicator<CudaDevice>>>, CommError> {
         if ranks.is_empty() {
-            return Err(bad("new_group", "empty rank list"));
+            return Err(CommError::invalid_argument("new_group", "empty rank list"));
         }
         for (i, r) in ranks.iter().enumerate() {
             self.check_rank("new_group", "rank", *r)?;
             if ranks[..i].contains(r) {
-                return Err(bad("new_group", format!("rank {r} listed twice")));
+                return Err(CommError::invalid_argument("new_group", format!("rank {r} listed twice")));
             }
         }
         let position = ranks.iter().position(|r| *r == self.rank);
@@ -489,6 +491,15 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             NCCL_SPLIT_NOCOLOR
         };
         let key = position.unwrap_or(0) as c_int;
+        if !crate::standin::nccl_has("ncclCommSplit") {
+            // Probed by name before the first call (cudarc would panic on it).
+            return Err(CommError::Backend(BackendError::unsupported(
+                crate::error::BACKEND_NAME,
+                "new_group",
+                "the loaded NCCL does not export ncclCommSplit (NCCL < 2.18): sub-groups \
+                 are not available on this install",
+            )));
+        }
         let mut child: sys::ncclComm_t = ptr::null_mut();
         let split = self.run("ncclCommSplit", |c| {
             // SAFETY: the parent is live (read lock held by `run`), `child` is a valid out

@@ -24,6 +24,7 @@ mod nccl_args;
 mod nccl_init;
 mod p2p;
 mod registry;
+mod standin;
 mod virtual_memory;
 mod world;
 

@@ -146,8 +146,12 @@ unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
         })??;
         if let Some((ctx, device)) = destroyed {
             // The last release destroys the context: its streams, events and memory go.
-            let _ = device.synchronize_device();
+            for s in crate::state::context_streams(ctx) {
+                let _ = s.device.synchronize_stream(&s.stream);
+            }
             crate::state::remove_context_handles(ctx);
+            // A new context of the device starts without the old one's errors.
+            let _ = device.take_last_error();
             crate::memory::free_context(ctx, &device);
         }
         Ok(())
@@ -178,10 +182,16 @@ unsafe extern "C" fn cuCtxSetCurrent(ctx: usize) -> u32 {
 #[unsafe(no_mangle)]
 unsafe extern "C" fn cuCtxSynchronize() -> u32 {
     driver("cuCtxSynchronize", || {
-        let (_, _, device) = current()?;
-        device
-            .synchronize_device()
-            .map_err(|e| crate::state::cu_code(&e))
+        // The context's own streams (not every stream the mock device ever had: those of
+        // a destroyed context are gone, with their errors).
+        let (ctx, _, _) = current()?;
+        let mut first = Ok(());
+        for s in crate::state::context_streams(ctx) {
+            if let Err(e) = s.device.synchronize_stream(&s.stream) {
+                first = first.and(Err(crate::state::cu_code(&e)));
+            }
+        }
+        first
     })
 }
 

@@ -135,6 +135,18 @@ pub(crate) fn remove_context_handles(ctx: usize) {
     }
 }
 
+/// The live streams of context `ctx`.
+pub(crate) fn context_streams(ctx: usize) -> Vec<StreamH> {
+    HANDLES.lock().as_ref().map_or_else(Vec::new, |m| {
+        m.values()
+            .filter_map(|h| match h {
+                Handle::Stream(s) if s.ctx == ctx => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
 /// Stream handles not destroyed.
 pub(crate) fn live_streams() -> u64 {
     HANDLES.lock().as_ref().map_or(0, |m| {
@@ -189,9 +201,21 @@ pub(crate) fn guard(name: &'static str, panic_code: u32, f: impl FnOnce() -> Res
         .or_insert(0) += 1;
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
-        Ok(Err(code)) => code,
+        Ok(Err(code)) => {
+            if tracing() {
+                eprintln!("memreuse-cuda-standin: {name} -> {code}");
+            }
+            code
+        }
         Err(_) => panic_code,
     }
+}
+
+/// `MEMREUSE_STANDIN_TRACE` is set: every refused call is printed to stderr with its code
+/// (and the mock's reason, when the mock refused it).
+pub(crate) fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("MEMREUSE_STANDIN_TRACE").is_some())
 }
 
 /// A driver entry point: [`guard`] after the `cuInit` check (`CUDA_ERROR_NOT_INITIALIZED`).
@@ -219,6 +243,9 @@ pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, null_code: u32) -> Resu
 
 /// The driver code for a mock error.
 pub(crate) fn cu_code(e: &BackendError) -> u32 {
+    if tracing() {
+        eprintln!("memreuse-cuda-standin: the mock refused: {e}");
+    }
     match e {
         BackendError::OutOfMemory { .. } => codes::OUT_OF_MEMORY,
         BackendError::InvalidArgument { .. } => codes::INVALID_VALUE,
