@@ -53,8 +53,10 @@ pub struct NcclCommunicator {
     size: usize,
     /// NCCL 2.28+ that exports `ncclAlltoAll` (probed by name: a missing symbol panics).
     native_all_to_all: bool,
-    /// One f32 for `barrier`.
-    scratch: DevicePtr,
+    /// One f32 for `barrier`, allocated at the first barrier: a communicator takes no
+    /// device memory the allocator did not hand out until it needs it (a device filled to
+    /// its capacity by the allocator must not fail because a communicator exists).
+    scratch: Mutex<Option<DevicePtr>>,
     pending: Mutex<Option<Vec<Pending>>>,
     aborted: Mutex<Option<String>>,
     /// `Some(limit)` for a non-blocking communicator: after every call, its state is polled
@@ -94,9 +96,6 @@ impl NcclCommunicator {
             e
         };
         let version = nccl_version().map_err(abort)?;
-        let scratch = device
-            .malloc(DType::F32.size_bytes())
-            .map_err(|e| abort(e.into()))?;
         let owned = RawComm(comm);
         Ok(NcclCommunicator {
             device,
@@ -105,7 +104,7 @@ impl NcclCommunicator {
             size,
             native_all_to_all: version >= NCCL_ALLTOALL_VERSION
                 && crate::standin::nccl_has("ncclAlltoAll"),
-            scratch,
+            scratch: Mutex::new(None),
             pending: Mutex::new(None),
             aborted: Mutex::new(None),
             nonblocking,
@@ -468,7 +467,14 @@ impl Communicator<CudaDevice> for NcclCommunicator {
     }
 
     fn barrier(&self, stream: &CudaStreamHandle) -> Result<(), CommError> {
-        self.all_reduce(self.scratch, 1, DType::F32, ReduceOp::Sum, stream)
+        let scratch = {
+            let mut slot = self.scratch.lock();
+            match *slot {
+                Some(p) => p,
+                None => *slot.insert(self.device.malloc(DType::F32.size_bytes())?),
+            }
+        };
+        self.all_reduce(scratch, 1, DType::F32, ReduceOp::Sum, stream)
     }
 
     fn new_group(
@@ -611,6 +617,8 @@ impl Drop for NcclCommunicator {
         }
         // The barrier buffer goes last, once nothing can still use it.
         let _ = self.device.synchronize_device();
-        let _ = self.device.free(self.scratch);
+        if let Some(p) = self.scratch.get_mut().take() {
+            let _ = self.device.free(p);
+        }
     }
 }

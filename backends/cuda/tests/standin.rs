@@ -133,9 +133,9 @@ fn the_standin_is_found_like_a_real_install_and_declares_what_it_honours() {
     assert_eq!(d.race_reports().map(|r| r.len()), Some(0));
 }
 
-/// Bug found by the stand-in: the non-blocking init path (`MEMREUSE_NCCL_INIT_TIMEOUT_S`)
-/// had never run; through `ncclCommInitRankConfig` (`ncclInProgress`, polled with
-/// `ncclCommGetAsyncError`) and a non-blocking finalize it must open, run and close.
+/// The non-blocking init path (`MEMREUSE_NCCL_INIT_TIMEOUT_S`), never run before: through
+/// `ncclCommInitRankConfig` (`ncclInProgress`, polled with `ncclCommGetAsyncError`) and a
+/// non-blocking finalize (`ncclInProgress` once more) it opens and closes.
 #[test]
 fn a_launch_with_the_nonblocking_init_runs_collectives_and_closes() {
     if parent(
@@ -272,4 +272,69 @@ fn the_install_directory_is_what_the_backend_loads() {
     device_count().expect("count");
     // SAFETY: a NUL-terminated name.
     assert!(unsafe { calls(c"cuInit".as_ptr()) } >= 1);
+}
+
+/// Bug found by the stand-in (`oom-pressure` failed on cuda): a communicator allocated its
+/// barrier buffer with `cuMemAlloc` at creation, outside the allocator, so a device the
+/// allocator fills to its capacity ran out of memory. The buffer now comes at the first
+/// barrier.
+#[test]
+fn a_communicator_takes_no_device_memory_until_its_first_barrier() {
+    if parent(
+        "a_communicator_takes_no_device_memory_until_its_first_barrier",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    let mut ranks = open_cuda_world(1).expect("world");
+    let (d, comm) = ranks.pop().expect("one rank");
+    let info = d.memory_info().expect("info");
+    assert_eq!(info.free, info.total, "the communicator took device memory");
+    let s = d.create_stream().expect("stream");
+    comm.barrier(&s).expect("barrier");
+    d.synchronize_stream(&s).expect("sync");
+    assert!(d.memory_info().expect("info").free < info.total);
+    drop(comm);
+    assert_eq!(d.memory_info().expect("info").free, info.total);
+}
+
+/// An NCCL of version 2.28+ whose library lacks `ncclAlltoAll`: `all_to_all` takes
+/// grouped send/recv (the symbol is probed by name; cudarc would panic at its first call).
+#[test]
+fn an_nccl_without_alltoall_takes_grouped_send_recv() {
+    if parent(
+        "an_nccl_without_alltoall_takes_grouped_send_recv",
+        &Install::Renamed("ncclAlltoAll", "ncclAlltoAlX"),
+        &[],
+    ) {
+        return;
+    }
+    let ranks = open_cuda_world(2).expect("world");
+    std::thread::scope(|scope| {
+        for (rank, (d, comm)) in ranks.into_iter().enumerate() {
+            scope.spawn(move || {
+                assert!(!comm.uses_native_all_to_all());
+                let s = d.create_stream().expect("stream");
+                let (a, b) = (d.malloc(16).expect("malloc"), d.malloc(16).expect("malloc"));
+                let mine: Vec<u8> = [rank as f32 * 10.0, rank as f32 * 10.0 + 1.0]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect();
+                let mine = [mine.clone(), mine].concat();
+                d.copy_host_to_device(a, &mine, &s).expect("h2d");
+                comm.all_to_all(a, b, 2, DType::F32, &s).expect("all_to_all");
+                let mut out = vec![0u8; 16];
+                d.copy_device_to_host(&mut out, b, &s).expect("d2h");
+                let got: Vec<f32> = out
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                assert_eq!(got, vec![0.0, 1.0, 10.0, 11.0]);
+                drop(comm);
+                d.free(a).expect("free");
+                d.free(b).expect("free");
+            });
+        }
+    });
 }

@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     splits_cv: Condvar,
 }
 
+/// Point-to-point with oneself waiting for its other half: (buffer, bytes, stream).
+pub(crate) type SelfQueue =
+    std::collections::VecDeque<(memreuse_core::DevicePtr, u64, crate::state::StreamH)>;
+
 /// One rank's communicator handle.
 pub(crate) struct Member {
     /// Set once every rank joined.
@@ -97,6 +101,9 @@ pub(crate) struct Member {
     splits_issued: AtomicU64,
     /// End events of this rank's submitted work, to report failures asynchronously.
     pub pending: Mutex<Vec<(MockDevice, MockEvent)>>,
+    /// Sends to self (.0: receives waiting for one, .1: sends waiting for a receive).
+    #[allow(clippy::type_complexity)]
+    pub self_p2p: Mutex<(SelfQueue, SelfQueue)>,
     /// The first failure seen (sticky), as a code.
     async_error: AtomicU32,
     pub finalized: AtomicBool,
@@ -116,6 +123,7 @@ impl Member {
             issued: AtomicU64::new(0),
             splits_issued: AtomicU64::new(0),
             pending: Mutex::new(Vec::new()),
+            self_p2p: Mutex::new((SelfQueue::new(), SelfQueue::new())),
             async_error: AtomicU32::new(0),
             finalized: AtomicBool::new(false),
             settling: AtomicBool::new(false),

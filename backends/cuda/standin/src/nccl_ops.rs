@@ -9,7 +9,7 @@
 //! memory of that device (`ncclInvalidArgument`) with access granted (virtual memory:
 //! `ncclUnhandledCudaError`); data types and reduction operations are values of the enums
 //! and supported for the type (`ncclInvalidArgument`, see `reduce.rs`); a root or peer is a
-//! rank of the communicator (`ncclInvalidArgument`; a send to oneself is not modelled). The
+//! rank of the communicator (`ncclInvalidArgument`; to oneself: see `self_p2p`). The
 //! `k`-th collective of every rank must have the same kind, count, type, operation and root:
 //! a mismatch (which hangs real NCCL) fails that collective on every rank and is reported
 //! by `ncclCommGetAsyncError` as `ncclInvalidUsage` once the timeout passed. Inside
@@ -293,10 +293,13 @@ fn p2p(
     let c = prepare(comm, stream)?;
     let peer = usize::try_from(peer)
         .ok()
-        .filter(|&p| p < c.shared.devices.len() && p != c.m.rank)
+        .filter(|&p| p < c.shared.devices.len())
         .ok_or(NCCL_INVALID_ARGUMENT)?;
     let n = count as u64 * reduce::elem_size(datatype)?;
     let buf = buffer(&c, buf, n)?;
+    if peer == c.m.rank {
+        return self_p2p(&c, buf, n, sending);
+    }
     let (sender, receiver, access) = if sending {
         (c.m.rank, peer, MemAccess::read(buf, n))
     } else {
@@ -311,6 +314,34 @@ fn p2p(
         .access(access)
         .body(collective::send_recv);
     submit(&c, group.clone(), usize::from(!sending), op)
+}
+
+/// A send to or a receive from this rank itself (NCCL's own all-to-all example issues them
+/// inside a group): the k-th send to self pairs with the k-th receive from self, as a
+/// device-to-device copy on the receive's stream once both were issued. Outside a group a
+/// lone one stays pending (real NCCL would block).
+fn self_p2p(c: &Call, buf: DevicePtr, bytes: u64, sending: bool) -> Result<(), u32> {
+    let mut q = c.m.self_p2p.lock();
+    let (recvs, sends) = &mut *q;
+    let (mine, other) = if sending { (sends, recvs) } else { (recvs, sends) };
+    let Some((peer_buf, peer_bytes, peer_stream)) = other.pop_front() else {
+        mine.push_back((buf, bytes, c.s.clone()));
+        return Ok(());
+    };
+    if peer_bytes != bytes {
+        return Err(NCCL_INVALID_USAGE);
+    }
+    let (dst, src, s) = if sending {
+        (peer_buf, buf, peer_stream)
+    } else {
+        (buf, peer_buf, c.s.clone())
+    };
+    if bytes == 0 {
+        return Ok(());
+    }
+    s.device
+        .copy_device_to_device(dst, src, bytes, &s.stream)
+        .map_err(|e| mock_code(&e))
 }
 
 #[unsafe(no_mangle)]
