@@ -58,7 +58,15 @@ fn cuda_runs_the_suite_where_a_driver_is_found() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let json = dir.join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
-        .args(["--quiet", "--backend", "cuda", "--require-backend", "cuda", "--mode", "0"])
+        .args([
+            "--quiet",
+            "--backend",
+            "cuda",
+            "--require-backend",
+            "cuda",
+            "--mode",
+            "0",
+        ])
         .arg("--json")
         .arg(&json)
         .output()

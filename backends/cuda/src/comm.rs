@@ -137,9 +137,9 @@ impl NcclCommunicator {
         count: usize,
         dt: DType,
     ) -> Result<(), CommError> {
-        let bytes = (count as u64)
-            .checked_mul(dt.size_bytes())
-            .ok_or_else(|| CommError::invalid_argument(call, format!("{count} elements overflow")))?;
+        let bytes = (count as u64).checked_mul(dt.size_bytes()).ok_or_else(|| {
+            CommError::invalid_argument(call, format!("{count} elements overflow"))
+        })?;
         if bytes > 0 {
             self.device.check_range(call, p, bytes)?;
         }
@@ -150,7 +150,10 @@ impl NcclCommunicator {
         if std::sync::Arc::ptr_eq(s.raw().context(), self.device.context()) {
             Ok(())
         } else {
-            Err(CommError::invalid_argument(call, "stream belongs to another device"))
+            Err(CommError::invalid_argument(
+                call,
+                "stream belongs to another device",
+            ))
         }
     }
 
@@ -448,7 +451,10 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         self.check_alive()?;
         let mut pending = self.pending.lock();
         if pending.is_some() {
-            return Err(CommError::invalid_argument("group_start", "a group is already open"));
+            return Err(CommError::invalid_argument(
+                "group_start",
+                "a group is already open",
+            ));
         }
         *pending = Some(Vec::new());
         Ok(())
@@ -487,7 +493,10 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         for (i, r) in ranks.iter().enumerate() {
             self.check_rank("new_group", "rank", *r)?;
             if ranks[..i].contains(r) {
-                return Err(CommError::invalid_argument("new_group", format!("rank {r} listed twice")));
+                return Err(CommError::invalid_argument(
+                    "new_group",
+                    format!("rank {r} listed twice"),
+                ));
             }
         }
         let position = ranks.iter().position(|r| *r == self.rank);

@@ -175,15 +175,19 @@ impl CudaDevice {
         ptr: DevicePtr,
         bytes: u64,
     ) -> Result<(), BackendError> {
-        let end = ptr
-            .addr()
-            .checked_add(bytes)
-            .ok_or_else(|| BackendError::invalid_argument(BACKEND_NAME, call, format!("range {ptr}+{bytes} overflows")))?;
+        let end = ptr.addr().checked_add(bytes).ok_or_else(|| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                format!("range {ptr}+{bytes} overflows"),
+            )
+        })?;
         let live = self.inner.allocations.lock();
         match live.range(..=ptr.addr()).next_back() {
             Some((&start, &len)) if end <= start + len => Ok(()),
             _ if self.inner.vm.lock().covers(ptr.addr(), end) => Ok(()),
-            _ => Err(BackendError::invalid_argument(BACKEND_NAME, 
+            _ => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!(
                     "{bytes} bytes at {ptr} are not inside a live allocation of device {}",
@@ -201,7 +205,11 @@ impl CudaDevice {
         if Arc::ptr_eq(stream.raw.context(), &self.inner.ctx) {
             Ok(())
         } else {
-            Err(BackendError::invalid_argument(BACKEND_NAME, call, "stream belongs to another device"))
+            Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                "stream belongs to another device",
+            ))
         }
     }
 }
@@ -234,8 +242,8 @@ impl Backend for CudaDevice {
             c.deterministic_scheduling = true;
             c.memory_capacity = true;
             c.exact_delays = h.delay.is_some();
-            c.native_race_detection = h.race_reports.is_some()
-                && crate::standin::RACE_DETECTION.load(Ordering::Acquire);
+            c.native_race_detection =
+                h.race_reports.is_some() && crate::standin::RACE_DETECTION.load(Ordering::Acquire);
         }
         c
     }
@@ -251,10 +259,19 @@ impl Backend for CudaDevice {
 
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         if bytes == 0 {
-            return Err(BackendError::invalid_argument(BACKEND_NAME, "malloc", "zero bytes"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "malloc",
+                "zero bytes",
+            ));
         }
-        let len = usize::try_from(bytes)
-            .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "malloc", format!("{bytes} bytes do not fit in usize")))?;
+        let len = usize::try_from(bytes).map_err(|_| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                "malloc",
+                format!("{bytes} bytes do not fit in usize"),
+            )
+        })?;
         self.bind()?;
         // SAFETY: the context is bound; the memory is uninitialized, which is what
         // `Backend::malloc` promises (contents undefined) and is never read on the host.
@@ -268,7 +285,8 @@ impl Backend for CudaDevice {
         // (still live, freeable later) instead of being forgotten while still allocated.
         self.bind()?;
         if self.inner.allocations.lock().remove(&ptr.addr()).is_none() {
-            return Err(BackendError::invalid_argument(BACKEND_NAME, 
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "free",
                 format!("{ptr} is not a live allocation"),
             ));
@@ -441,7 +459,8 @@ impl Backend for CudaDevice {
         if dst.addr() < src.addr().saturating_add(bytes)
             && src.addr() < dst.addr().saturating_add(bytes)
         {
-            return Err(BackendError::invalid_argument(BACKEND_NAME, 
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "copy_device_to_device",
                 format!("{bytes} bytes at {src} and {dst} overlap"),
             ));

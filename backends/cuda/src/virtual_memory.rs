@@ -143,7 +143,9 @@ fn properties(ordinal: usize) -> sys::CUmemAllocationProp {
 }
 
 fn size_t(call: &'static str, bytes: u64) -> Result<usize, BackendError> {
-    usize::try_from(bytes).map_err(|_| BackendError::invalid_argument(BACKEND_NAME, call, format!("{bytes} bytes exceed usize")))
+    usize::try_from(bytes).map_err(|_| {
+        BackendError::invalid_argument(BACKEND_NAME, call, format!("{bytes} bytes exceed usize"))
+    })
 }
 
 impl DeviceVm {

@@ -44,7 +44,11 @@ pub fn open_cuda_world(
         error::probe_driver()?;
         error::probe_nccl()?;
         if world_size == 0 {
-            return Err(BackendError::invalid_argument(BACKEND_NAME, "open_world", "world size 0"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "open_world",
+                "world size 0",
+            ));
         }
         let count = device_count()?;
         if world_size > count {
@@ -55,8 +59,9 @@ pub fn open_cuda_world(
         let devices = (0..world_size)
             .map(CudaDevice::open)
             .collect::<Result<Vec<_>, _>>()?;
-        let n = c_int::try_from(world_size)
-            .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "open_world", "world size too large"))?;
+        let n = c_int::try_from(world_size).map_err(|_| {
+            BackendError::invalid_argument(BACKEND_NAME, "open_world", "world size too large")
+        })?;
         let list: Vec<c_int> = (0..n).collect();
         let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); world_size];
         devices[0].bind()?;
@@ -192,14 +197,18 @@ pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, Launc
         }
         (store, id)
     };
-    let rank =
-        c_int::try_from(env.rank).map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "open_rank", "rank too large"))?;
-    let size = c_int::try_from(env.world_size)
-        .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "open_rank", "world size too large"))?;
+    let rank = c_int::try_from(env.rank)
+        .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "open_rank", "rank too large"))?;
+    let size = c_int::try_from(env.world_size).map_err(|_| {
+        BackendError::invalid_argument(BACKEND_NAME, "open_rank", "world size too large")
+    })?;
     if rank >= size {
-        return Err(
-            BackendError::invalid_argument(BACKEND_NAME, "open_rank", format!("rank {rank} >= world size {size}")).into(),
-        );
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
+            "open_rank",
+            format!("rank {rank} >= world size {size}"),
+        )
+        .into());
     }
     let communicator = match init_timeout {
         None => {

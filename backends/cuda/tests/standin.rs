@@ -42,7 +42,10 @@ enum Install {
 
 fn install_dir(test: &str, install: &Install) -> Option<PathBuf> {
     let so = standin_so()?;
-    let dir = std::env::temp_dir().join(format!("memreuse-cuda-standin-{test}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "memreuse-cuda-standin-{test}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let lib = match install {
@@ -99,7 +102,10 @@ fn parent(test: &str, install: &Install, env: &[(&str, &str)]) -> bool {
     );
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "{test} in the child failed:\n{text}");
-    assert!(text.contains("1 passed"), "{test} did not run in the child:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "{test} did not run in the child:\n{text}"
+    );
     true
 }
 
@@ -115,14 +121,19 @@ fn hook<F: Copy>(name: &str) -> F {
 /// `memreuse_standin_configure(devices, capacity, deterministic, seed, timeout_ms)`.
 fn configure(devices: u32, timeout_ms: u64) {
     device_count().expect("the stand-in loads");
-    let f: unsafe extern "C" fn(u32, u64, i32, u64, u64) -> u32 = hook("memreuse_standin_configure");
+    let f: unsafe extern "C" fn(u32, u64, i32, u64, u64) -> u32 =
+        hook("memreuse_standin_configure");
     // SAFETY: plain integers; no handle is in use.
     assert_eq!(unsafe { f(devices, 1 << 30, 0, 0, timeout_ms) }, 0);
 }
 
 #[test]
 fn the_standin_is_found_like_a_real_install_and_declares_what_it_honours() {
-    if parent("the_standin_is_found_like_a_real_install_and_declares_what_it_honours", &Install::Default, &[]) {
+    if parent(
+        "the_standin_is_found_like_a_real_install_and_declares_what_it_honours",
+        &Install::Default,
+        &[],
+    ) {
         return;
     }
     assert!(device_count().expect("count") >= 16);
@@ -169,7 +180,11 @@ fn a_launch_with_the_nonblocking_init_runs_collectives_and_closes() {
 /// from `ncclCommGetAsyncError` once the timeout passed, and the backend surfaces it.
 #[test]
 fn a_mismatched_collective_is_an_async_error_of_every_rank() {
-    if parent("a_mismatched_collective_is_an_async_error_of_every_rank", &Install::Default, &[]) {
+    if parent(
+        "a_mismatched_collective_is_an_async_error_of_every_rank",
+        &Install::Default,
+        &[],
+    ) {
         return;
     }
     configure(16, 200);
@@ -202,7 +217,11 @@ fn a_mismatched_collective_is_an_async_error_of_every_rank() {
 /// Calls on an aborted communicator fail (the backend refuses them before NCCL).
 #[test]
 fn calls_on_an_aborted_communicator_fail() {
-    if parent("calls_on_an_aborted_communicator_fail", &Install::Default, &[]) {
+    if parent(
+        "calls_on_an_aborted_communicator_fail",
+        &Install::Default,
+        &[],
+    ) {
         return;
     }
     let mut ranks = open_cuda_world(1).expect("world");
@@ -263,12 +282,17 @@ fn an_nccl_without_split_or_alltoall_is_probed_by_name() {
 /// The stand-in's own symbols are looked up where the driver was found, never elsewhere.
 #[test]
 fn the_install_directory_is_what_the_backend_loads() {
-    if parent("the_install_directory_is_what_the_backend_loads", &Install::Default, &[]) {
+    if parent(
+        "the_install_directory_is_what_the_backend_loads",
+        &Install::Default,
+        &[],
+    ) {
         return;
     }
     let dir = std::env::var("LD_LIBRARY_PATH").expect("set by the parent");
     assert!(Path::new(&dir).join("libcuda.so").exists());
-    let calls: unsafe extern "C" fn(*const std::ffi::c_char) -> u64 = hook("memreuse_standin_calls");
+    let calls: unsafe extern "C" fn(*const std::ffi::c_char) -> u64 =
+        hook("memreuse_standin_calls");
     device_count().expect("count");
     // SAFETY: a NUL-terminated name.
     assert!(unsafe { calls(c"cuInit".as_ptr()) } >= 1);
@@ -323,7 +347,8 @@ fn an_nccl_without_alltoall_takes_grouped_send_recv() {
                     .collect();
                 let mine = [mine.clone(), mine].concat();
                 d.copy_host_to_device(a, &mine, &s).expect("h2d");
-                comm.all_to_all(a, b, 2, DType::F32, &s).expect("all_to_all");
+                comm.all_to_all(a, b, 2, DType::F32, &s)
+                    .expect("all_to_all");
                 let mut out = vec![0u8; 16];
                 d.copy_device_to_host(&mut out, b, &s).expect("d2h");
                 let got: Vec<f32> = out

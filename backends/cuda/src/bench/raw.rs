@@ -64,8 +64,13 @@ impl BenchPeer for RawDriverPeer {
 
     #[inline]
     fn alloc(&mut self, size: u64) -> Result<RawAllocation, BenchError> {
-        let len = usize::try_from(size)
-            .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "cuMemAlloc", format!("{size} bytes do not fit")))?;
+        let len = usize::try_from(size).map_err(|_| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                "cuMemAlloc",
+                format!("{size} bytes do not fit"),
+            )
+        })?;
         // SAFETY: the device's context was bound to this thread by `new` (the bench is
         // single-threaded); the memory is never read on the host.
         let ptr = unsafe { result::malloc_sync(len) }.map_err(|e| error::alloc(size, e))?;

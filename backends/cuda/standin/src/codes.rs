@@ -50,24 +50,48 @@ const _: () = {
 /// The names and `cuGetErrorString` texts of the codes above (the driver's own wording).
 pub const DRIVER_TEXTS: [(u32, &std::ffi::CStr, &std::ffi::CStr); 12] = [
     (SUCCESS, c"CUDA_SUCCESS", c"no error"),
-    (INVALID_VALUE, c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+    (
+        INVALID_VALUE,
+        c"CUDA_ERROR_INVALID_VALUE",
+        c"invalid argument",
+    ),
     (OUT_OF_MEMORY, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
     (
         NOT_INITIALIZED,
         c"CUDA_ERROR_NOT_INITIALIZED",
         c"initialization error",
     ),
-    (INVALID_DEVICE, c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
-    (INVALID_CONTEXT, c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
-    (INVALID_HANDLE, c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
+    (
+        INVALID_DEVICE,
+        c"CUDA_ERROR_INVALID_DEVICE",
+        c"invalid device ordinal",
+    ),
+    (
+        INVALID_CONTEXT,
+        c"CUDA_ERROR_INVALID_CONTEXT",
+        c"invalid device context",
+    ),
+    (
+        INVALID_HANDLE,
+        c"CUDA_ERROR_INVALID_HANDLE",
+        c"invalid resource handle",
+    ),
     (NOT_READY, c"CUDA_ERROR_NOT_READY", c"device not ready"),
     (
         ILLEGAL_ADDRESS,
         c"CUDA_ERROR_ILLEGAL_ADDRESS",
         c"an illegal memory access was encountered",
     ),
-    (LAUNCH_FAILED, c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
-    (NOT_SUPPORTED, c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+    (
+        LAUNCH_FAILED,
+        c"CUDA_ERROR_LAUNCH_FAILED",
+        c"unspecified launch failure",
+    ),
+    (
+        NOT_SUPPORTED,
+        c"CUDA_ERROR_NOT_SUPPORTED",
+        c"operation not supported",
+    ),
     (UNKNOWN, c"CUDA_ERROR_UNKNOWN", c"unknown error"),
 ];
 

@@ -68,7 +68,12 @@ unsafe extern "C" fn memreuse_standin_configure(
 }
 
 #[unsafe(no_mangle)]
-unsafe extern "C" fn memreuse_standin_annotate(device_index: i32, ptr: u64, bytes: u64, id: u64) -> u32 {
+unsafe extern "C" fn memreuse_standin_annotate(
+    device_index: i32,
+    ptr: u64,
+    bytes: u64,
+    id: u64,
+) -> u32 {
     guard("memreuse_standin_annotate", codes::UNKNOWN, || {
         device(device_index)?.annotate_allocation(DevicePtr(ptr), bytes, AllocationId(id));
         Ok(())

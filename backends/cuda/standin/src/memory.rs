@@ -36,7 +36,11 @@ pub(crate) fn live_allocations() -> u64 {
 /// Frees what context `ctx` still holds (it was destroyed).
 pub(crate) fn free_context(ctx: usize, device: &MockDevice) {
     let mine: Vec<u64> = ALLOCS.lock().as_mut().map_or_else(Vec::new, |m| {
-        let v: Vec<u64> = m.iter().filter(|(_, c)| **c == ctx).map(|(p, _)| *p).collect();
+        let v: Vec<u64> = m
+            .iter()
+            .filter(|(_, c)| **c == ctx)
+            .map(|(p, _)| *p)
+            .collect();
         for p in &v {
             m.remove(p);
         }
@@ -193,7 +197,12 @@ unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 }
 
 #[unsafe(no_mangle)]
-unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, bytes: usize, h_stream: usize) -> u32 {
+unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    h_stream: usize,
+) -> u32 {
     driver("cuMemcpyDtoDAsync_v2", || {
         let s = stream(h_stream)?;
         if bytes == 0 {

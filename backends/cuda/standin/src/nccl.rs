@@ -35,7 +35,11 @@ use crate::codes::{
 use crate::state::{Handle, current, get_handle, guard, insert_handle, remove_handle, timeout};
 
 /// `NCCL_VERSION_CODE` reported by `ncclGetVersion`.
-pub const VERSION: c_int = if cfg!(feature = "old-nccl") { 21_304 } else { 22_805 };
+pub const VERSION: c_int = if cfg!(feature = "old-nccl") {
+    21_304
+} else {
+    22_805
+};
 /// `sizeof(ncclUniqueId)`.
 pub const UNIQUE_ID_BYTES: usize = 128;
 /// `NCCL_CONFIG_INITIALIZER`'s magic.
@@ -286,14 +290,14 @@ unsafe fn init_rank(
     let member = Arc::new(Member::new(r, n, index, nonblocking));
     if nonblocking {
         let handle = insert_handle(Handle::Comm(Arc::clone(&member)));
-        std::thread::spawn(move || {
-            match rendezvous(&id.internal, n, r, index, device) {
+        std::thread::spawn(
+            move || match rendezvous(&id.internal, n, r, index, device) {
                 Ok(shared) => {
                     let _ = member.shared.set(shared);
                 }
                 Err(code) => member.init_error.store(code, Ordering::Release),
-            }
-        });
+            },
+        );
         // SAFETY: not null (checked), valid for a write (contract).
         unsafe { comm.write(handle) };
         return Err(NCCL_IN_PROGRESS);

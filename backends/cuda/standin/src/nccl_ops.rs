@@ -167,7 +167,11 @@ unsafe extern "C" fn ncclAllReduce(
                 .access(MemAccess::write(recv, n))
         };
         let jop = jop.body(move |m| reduce::all_reduce(m, datatype, op));
-        collective_op(&c, format!("ncclAllReduce({count} x {datatype}, op {op})"), jop)
+        collective_op(
+            &c,
+            format!("ncclAllReduce({count} x {datatype}, op {op})"),
+            jop,
+        )
     })
 }
 
@@ -323,7 +327,11 @@ fn p2p(
 fn self_p2p(c: &Call, buf: DevicePtr, bytes: u64, sending: bool) -> Result<(), u32> {
     let mut q = c.m.self_p2p.lock();
     let (recvs, sends) = &mut *q;
-    let (mine, other) = if sending { (sends, recvs) } else { (recvs, sends) };
+    let (mine, other) = if sending {
+        (sends, recvs)
+    } else {
+        (recvs, sends)
+    };
     let Some((peer_buf, peer_bytes, peer_stream)) = other.pop_front() else {
         mine.push_back((buf, bytes, c.s.clone()));
         return Ok(());

@@ -174,7 +174,11 @@ fn fold(t: u32, o: u32, acc: &mut [u8], x: &[u8]) {
                 let l = f32::from_le_bytes(a.try_into().unwrap_or_default());
                 let r = f32::from_le_bytes(b.try_into().unwrap_or_default());
                 let v = fold_float(o, f64::from(l), f64::from(r)) as f32;
-                let v = if o == op::SUM || o == op::AVG { l + r } else { v };
+                let v = if o == op::SUM || o == op::AVG {
+                    l + r
+                } else {
+                    v
+                };
                 a.copy_from_slice(&v.to_le_bytes());
             }
         }

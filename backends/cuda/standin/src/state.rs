@@ -51,11 +51,8 @@ pub(crate) fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> Result<T, u32> {
     let mut guard = STATE.lock();
     if guard.is_none() {
         drop(guard);
-        configure(
-            DEFAULT_DEVICES,
-            MockConfig::with_capacity(DEFAULT_CAPACITY),
-        )
-        .map_err(|_| codes::UNKNOWN)?;
+        configure(DEFAULT_DEVICES, MockConfig::with_capacity(DEFAULT_CAPACITY))
+            .map_err(|_| codes::UNKNOWN)?;
         guard = STATE.lock();
     }
     let state = guard.as_mut().ok_or(codes::UNKNOWN)?;
@@ -174,7 +171,10 @@ pub(crate) fn current() -> Result<(usize, usize, MockDevice), u32> {
 /// The device of an active (retained) primary context.
 pub(crate) fn context_device(ctx: usize) -> Option<(usize, usize, MockDevice)> {
     with_state(|s| {
-        let index = s.primary.iter().position(|&(h, refs)| h == ctx && refs > 0)?;
+        let index = s
+            .primary
+            .iter()
+            .position(|&(h, refs)| h == ctx && refs > 0)?;
         Some((ctx, index, s.devices[index].clone()))
     })
     .ok()
@@ -193,7 +193,11 @@ pub(crate) fn calls_of(name: &str) -> u64 {
 
 /// Runs an exported function's body: counts the call, turns `Err(code)` and panics into a
 /// status code, so nothing unwinds across the C boundary.
-pub(crate) fn guard(name: &'static str, panic_code: u32, f: impl FnOnce() -> Result<(), u32>) -> u32 {
+pub(crate) fn guard(
+    name: &'static str,
+    panic_code: u32,
+    f: impl FnOnce() -> Result<(), u32>,
+) -> u32 {
     *CALLS
         .lock()
         .get_or_insert_with(HashMap::new)
@@ -251,9 +255,9 @@ pub(crate) fn cu_code(e: &BackendError) -> u32 {
         BackendError::InvalidArgument { .. } => codes::INVALID_VALUE,
         // Device work that failed (a collective whose peers never came, an aborted
         // communicator's work, an injected fault): the driver's "launch failed".
-        BackendError::Timeout { .. } | BackendError::Device { .. } | BackendError::Injected { .. } => {
-            codes::LAUNCH_FAILED
-        }
+        BackendError::Timeout { .. }
+        | BackendError::Device { .. }
+        | BackendError::Injected { .. } => codes::LAUNCH_FAILED,
         _ => codes::UNKNOWN,
     }
 }

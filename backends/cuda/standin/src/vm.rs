@@ -87,7 +87,9 @@ const _: () = {
         offset_of!(MemAllocationProp, requested_handle_types)
             == offset_of!(sys::CUmemAllocationProp, requestedHandleTypes)
     );
-    assert!(offset_of!(MemAllocationProp, location) == offset_of!(sys::CUmemAllocationProp, location));
+    assert!(
+        offset_of!(MemAllocationProp, location) == offset_of!(sys::CUmemAllocationProp, location)
+    );
     assert!(
         offset_of!(MemAllocationProp, win32_handle_meta_data)
             == offset_of!(sys::CUmemAllocationProp, win32HandleMetaData)
@@ -98,7 +100,9 @@ const _: () = {
     );
     assert!(size_of::<MemAccessDesc>() == size_of::<sys::CUmemAccessDesc>());
     assert!(offset_of!(MemAccessDesc, flags) == offset_of!(sys::CUmemAccessDesc, flags));
-    assert!(sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32 == ALLOCATION_TYPE_PINNED);
+    assert!(
+        sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED as u32 == ALLOCATION_TYPE_PINNED
+    );
     assert!(sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE as u32 == LOCATION_TYPE_DEVICE);
     assert!(
         sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.0
@@ -107,7 +111,9 @@ const _: () = {
     assert!(sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE.0 == 0);
     assert!(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ as u32 == ACCESS_READ);
     assert!(sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE as u32 == ACCESS_READWRITE);
-    assert!(sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED as u32 == 1);
+    assert!(
+        sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED as u32 == 1
+    );
 };
 
 struct Physical {
@@ -155,7 +161,11 @@ pub(crate) fn check_access(device: usize, ptr: u64, bytes: u64) -> Result<(), u3
             .mappings
             .range((device, 0)..(device, end))
             .any(|(&(_, at), m)| at + m.bytes > ptr && !m.access);
-        if hit { Err(codes::ILLEGAL_ADDRESS) } else { Ok(()) }
+        if hit {
+            Err(codes::ILLEGAL_ADDRESS)
+        } else {
+            Ok(())
+        }
     })
 }
 
@@ -252,7 +262,11 @@ unsafe extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
                 return Err(codes::INVALID_VALUE);
             }
             let end = ptr + size as u64;
-            if t.mappings.range((index, ptr)..(index, end)).next().is_some() {
+            if t.mappings
+                .range((index, ptr)..(index, end))
+                .next()
+                .is_some()
+            {
                 return Err(codes::INVALID_VALUE);
             }
             device.vm_release(DevicePtr(ptr)).map_err(|e| cu_code(&e))?;
@@ -313,7 +327,9 @@ unsafe extern "C" fn cuMemRelease(handle: u64) -> u32 {
                 return Ok(());
             }
             let device = device_at(p.device).ok_or(codes::INVALID_VALUE)?;
-            device.vm_release_physical(p.mock).map_err(|e| cu_code(&e))?;
+            device
+                .vm_release_physical(p.mock)
+                .map_err(|e| cu_code(&e))?;
             t.handles.remove(&handle);
             Ok(())
         })
@@ -321,7 +337,13 @@ unsafe extern "C" fn cuMemRelease(handle: u64) -> u32 {
 }
 
 #[cfg_attr(not(feature = "no-vm"), unsafe(no_mangle))]
-unsafe extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
+unsafe extern "C" fn cuMemMap(
+    ptr: u64,
+    size: usize,
+    offset: usize,
+    handle: u64,
+    flags: u64,
+) -> u32 {
     driver("cuMemMap", || {
         if offset != 0 || flags != 0 {
             return Err(codes::INVALID_VALUE);
@@ -351,7 +373,9 @@ unsafe extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64,
                 return Err(codes::INVALID_VALUE);
             }
             let mock = p.mock;
-            device.vm_map(DevicePtr(ptr), mock).map_err(|e| cu_code(&e))?;
+            device
+                .vm_map(DevicePtr(ptr), mock)
+                .map_err(|e| cu_code(&e))?;
             t.mappings.insert(
                 (index, ptr),
                 Mapping {
@@ -440,7 +464,9 @@ unsafe extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
                     p.released
                 });
                 if release && let Some(p) = t.handles.remove(&handle) {
-                    device.vm_release_physical(p.mock).map_err(|e| cu_code(&e))?;
+                    device
+                        .vm_release_physical(p.mock)
+                        .map_err(|e| cu_code(&e))?;
                 }
             }
             Ok(())
