@@ -26,6 +26,8 @@ use crate::nccl_init::{
 };
 use crate::p2p::{P2p, Pending, grouped};
 
+mod close;
+
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
 const NCCL_SPLIT_NOCOLOR: c_int = -1;
 /// First NCCL version (`NCCL_VERSION_CODE`) with `ncclAlltoAll`.
@@ -589,45 +591,6 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             if let Err(e) = unsafe { nccl::comm_abort(comm.0) } {
                 tracing::warn!("{}", error::nccl("ncclCommAbort", &e));
             }
-        }
-    }
-}
-
-impl Drop for NcclCommunicator {
-    fn drop(&mut self) {
-        // A communicator marked aborted (a timed-out call) may still be in progress: abort it,
-        // never finalize it.
-        let mut failed = self.aborted.lock().is_some() || self.async_error().is_some();
-        if let Some(comm) = self.comm.get_mut().take() {
-            let _ = self.device.bind();
-            if let (false, Some(limit)) = (failed, self.nonblocking) {
-                // A non-blocking communicator is finalized (which may answer
-                // `ncclInProgress`) and waited for before it is destroyed; if that fails
-                // or takes too long, it is aborted instead.
-                // SAFETY: the communicator is live and owned here alone (`&mut self`).
-                let finalized = unsafe { nccl::comm_finalize(comm.0) }.is_ok()
-                    // SAFETY: as above; it stays live during the wait.
-                    && unsafe { wait_ready(comm.0, limit) }.is_ok();
-                failed = !finalized;
-            }
-            // SAFETY: the communicator is live and owned here alone (`&mut self`). A healthy
-            // one is destroyed (flushing its work); a failed one is aborted so a dead peer
-            // cannot hang the drop.
-            let r = unsafe {
-                if failed {
-                    nccl::comm_abort(comm.0)
-                } else {
-                    nccl::comm_destroy(comm.0)
-                }
-            };
-            if let Err(e) = r {
-                tracing::warn!("{}", error::nccl("ncclCommDestroy", &e));
-            }
-        }
-        // The barrier buffer goes last, once nothing can still use it.
-        let _ = self.device.synchronize_device();
-        if let Some(p) = self.scratch.get_mut().take() {
-            let _ = self.device.free(p);
         }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use memreuse_core::Backend;
 
+
 use crate::codes;
 use crate::state::{
     CURRENT, INITIALIZED, context_device, current, device_count, driver, guard, with_state,
@@ -229,13 +230,4 @@ unsafe extern "C" fn cuGetErrorName(error: c_uint, p_str: *mut *const c_char) ->
     guard("cuGetErrorName", codes::UNKNOWN, || unsafe {
         error_text(error, p_str, true)
     })
-}
-
-/// Devices of the configuration, for the memory calls.
-pub(crate) fn memory_info() -> Result<(u64, u64), u32> {
-    let (_, _, device) = current()?;
-    let info = device
-        .memory_info()
-        .map_err(|e| crate::state::cu_code(&e))?;
-    Ok((info.free, info.total))
 }

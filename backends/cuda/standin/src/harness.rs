@@ -63,7 +63,11 @@ unsafe extern "C" fn memreuse_standin_configure(
         if timeout_ms > 0 {
             config.joint_timeout = Duration::from_millis(timeout_ms);
         }
-        crate::state::configure(devices as usize, config).map_err(|_| codes::UNKNOWN)
+        crate::state::configure(devices as usize, config).map_err(|_| codes::UNKNOWN)?;
+        crate::memory::reset();
+        crate::vm::reset();
+        crate::nccl::reset();
+        Ok(())
     })
 }
 

@@ -93,7 +93,9 @@ unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32
         if free.is_null() || total.is_null() {
             return Err(codes::INVALID_VALUE);
         }
-        let (f, t) = crate::driver::memory_info()?;
+        let (_, _, device) = current()?;
+        let info = device.memory_info().map_err(|e| cu_code(&e))?;
+        let (f, t) = (info.free, info.total);
         // SAFETY: both not null (checked), valid for writes (contract).
         unsafe {
             free.write(f as usize);

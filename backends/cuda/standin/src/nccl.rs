@@ -32,7 +32,7 @@ use crate::codes::{
     NCCL_IN_PROGRESS, NCCL_INTERNAL_ERROR, NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE,
     NCCL_REMOTE_ERROR, NCCL_SYSTEM_ERROR,
 };
-use crate::state::{Handle, current, get_handle, guard, insert_handle, remove_handle, timeout};
+use crate::state::{current, guard, next_handle_key, timeout};
 
 /// `NCCL_VERSION_CODE` reported by `ncclGetVersion`.
 pub const VERSION: c_int = if cfg!(feature = "old-nccl") {
@@ -154,12 +154,33 @@ fn new_shared(devices: Vec<MockDevice>) -> Result<Arc<Shared>, u32> {
     }))
 }
 
+/// Communicator handles: opaque keys from the same sequence as the driver's handles.
+static COMMS: Mutex<Option<HashMap<usize, Arc<Member>>>> = Mutex::new(None);
+
+fn insert_comm(m: Arc<Member>) -> usize {
+    let key = next_handle_key();
+    COMMS.lock().get_or_insert_with(HashMap::new).insert(key, m);
+    key
+}
+
+fn remove_comm(key: usize) {
+    if let Some(m) = COMMS.lock().as_mut() {
+        m.remove(&key);
+    }
+}
+
+/// Forgets every communicator (a fresh cluster was configured).
+pub(crate) fn reset() {
+    *COMMS.lock() = None;
+}
+
 /// The member behind a handle (`ncclInvalidArgument` for null or unknown).
 pub(crate) fn member(comm: usize) -> Result<Arc<Member>, u32> {
-    match get_handle(comm) {
-        Some(Handle::Comm(m)) => Ok(m),
-        _ => Err(NCCL_INVALID_ARGUMENT),
-    }
+    COMMS
+        .lock()
+        .as_ref()
+        .and_then(|m| m.get(&comm).cloned())
+        .ok_or(NCCL_INVALID_ARGUMENT)
 }
 
 #[unsafe(no_mangle)]
@@ -289,7 +310,7 @@ unsafe fn init_rank(
     let (_, index, device) = current().map_err(|_| NCCL_INVALID_USAGE)?;
     let member = Arc::new(Member::new(r, n, index, nonblocking));
     if nonblocking {
-        let handle = insert_handle(Handle::Comm(Arc::clone(&member)));
+        let handle = insert_comm(Arc::clone(&member));
         std::thread::spawn(
             move || match rendezvous(&id.internal, n, r, index, device) {
                 Ok(shared) => {
@@ -304,7 +325,7 @@ unsafe fn init_rank(
     }
     let shared = rendezvous(&id.internal, n, r, index, device)?;
     let _ = member.shared.set(shared);
-    let handle = insert_handle(Handle::Comm(member));
+    let handle = insert_comm(member);
     // SAFETY: not null (checked), valid for a write (contract).
     unsafe { comm.write(handle) };
     Ok(())
@@ -368,7 +389,7 @@ unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, devlist: *c
         for (rank, &index) in indices.iter().enumerate() {
             let m = Member::new(rank, n, index, false);
             let _ = m.shared.set(Arc::clone(&shared));
-            let handle = insert_handle(Handle::Comm(Arc::new(m)));
+            let handle = insert_comm(Arc::new(m));
             // SAFETY: `comms` has room for `ndev` handles (contract), not null (checked).
             unsafe { comms.add(rank).write(handle) };
         }
@@ -462,7 +483,7 @@ unsafe extern "C" fn ncclCommSplit(
                 let index = parent_device_index(&parent, &child, rank);
                 let m = Member::new(rank, size, index, nonblocking);
                 let _ = m.shared.set(child);
-                insert_handle(Handle::Comm(Arc::new(m)))
+                insert_comm(Arc::new(m))
             }
         };
         // SAFETY: not null (checked), valid for a write (contract).
@@ -514,7 +535,7 @@ unsafe extern "C" fn ncclCommDestroy(comm: usize) -> u32 {
         let m = member(comm)?;
         m.ready()?;
         // Queued work completes (the mock keeps it); the handle is gone at once.
-        remove_handle(comm);
+        remove_comm(comm);
         Ok(())
     })
 }
@@ -524,7 +545,7 @@ unsafe extern "C" fn ncclCommAbort(comm: usize) -> u32 {
     guard("ncclCommAbort", NCCL_INTERNAL_ERROR, || {
         let m = member(comm)?;
         abort_member(&m, &format!("ncclCommAbort by rank {}", m.rank));
-        remove_handle(comm);
+        remove_comm(comm);
         Ok(())
     })
 }

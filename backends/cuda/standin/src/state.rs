@@ -30,14 +30,13 @@ static STATE: Mutex<Option<State>> = Mutex::new(None);
 /// `cuInit` succeeded in this process.
 pub(crate) static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
-/// Replaces the cluster: every handle of the old one becomes unknown.
+/// Replaces the cluster: every stream and event of the old one becomes unknown (the
+/// harness also resets the memory, virtual-memory and communicator tables).
 pub(crate) fn configure(n: usize, config: MockConfig) -> Result<(), BackendError> {
     let timeout = config.joint_timeout;
     let devices = MockCluster::new(n, config)?.into_devices();
     let primary = (0..n).map(|_| (next_handle_key(), 0)).collect();
     HANDLES.lock().take();
-    crate::memory::reset();
-    crate::vm::reset();
     *STATE.lock() = Some(State {
         devices,
         timeout,
@@ -93,7 +92,6 @@ pub(crate) struct EventH {
 pub(crate) enum Handle {
     Stream(StreamH),
     Event(Arc<EventH>),
-    Comm(Arc<crate::nccl::Member>),
 }
 
 static HANDLES: Mutex<Option<HashMap<usize, Handle>>> = Mutex::new(None);
@@ -127,7 +125,6 @@ pub(crate) fn remove_context_handles(ctx: usize) {
         m.retain(|_, h| match h {
             Handle::Stream(s) => s.ctx != ctx,
             Handle::Event(e) => e.ctx != ctx,
-            Handle::Comm(_) => true,
         });
     }
 }
