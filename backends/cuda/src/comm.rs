@@ -27,6 +27,9 @@ use crate::nccl_init::{
 use crate::p2p::{P2p, Pending, grouped};
 
 mod close;
+mod fresh_id;
+
+pub(crate) use fresh_id::SplitFamily;
 
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
 const NCCL_SPLIT_NOCOLOR: c_int = -1;
@@ -64,6 +67,10 @@ pub struct NcclCommunicator {
     /// `Some(limit)` for a non-blocking communicator: after every call, its state is polled
     /// while `ncclInProgress`, for at most `limit`, before the next call may run.
     nonblocking: Option<Duration>,
+    /// The in-process world's shared ids for `new_group` without `ncclCommSplit`.
+    family: Option<std::sync::Arc<SplitFamily>>,
+    /// `new_group` calls so far (numbers the fresh ids).
+    splits: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for NcclCommunicator {
@@ -110,12 +117,25 @@ impl NcclCommunicator {
             pending: Mutex::new(None),
             aborted: Mutex::new(None),
             nonblocking,
+            family: None,
+            splits: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Makes this rank a member of an in-process world's family (see [`SplitFamily`]).
+    pub(crate) fn set_family(&mut self, family: std::sync::Arc<SplitFamily>) {
+        self.family = Some(family);
     }
 
     /// The rank's device.
     pub fn device(&self) -> &CudaDevice {
         &self.device
+    }
+
+    /// True when `new_group` uses `ncclCommSplit`; false when the loaded NCCL lacks it and
+    /// sub-groups come from a fresh unique id instead (in-process worlds only).
+    pub fn splits_natively(&self) -> bool {
+        crate::standin::nccl_has("ncclCommSplit")
     }
 
     /// True when `all_to_all` uses `ncclAlltoAll` (NCCL 2.28+), false for grouped send/recv.
@@ -508,14 +528,9 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             NCCL_SPLIT_NOCOLOR
         };
         let key = position.unwrap_or(0) as c_int;
-        if !crate::standin::nccl_has("ncclCommSplit") {
+        if !self.splits_natively() {
             // Probed by name before the first call (cudarc would panic on it).
-            return Err(CommError::Backend(BackendError::unsupported(
-                crate::error::BACKEND_NAME,
-                "new_group",
-                "the loaded NCCL does not export ncclCommSplit (NCCL < 2.18): sub-groups \
-                 are not available on this install",
-            )));
+            return self.new_group_fresh_id(ranks, position);
         }
         let mut child: sys::ncclComm_t = ptr::null_mut();
         let split = self.run("ncclCommSplit", |c| {

@@ -70,6 +70,7 @@ pub fn open_cuda_world(
         unsafe { nccl::comm_init_all(comms.as_mut_ptr(), n, list.as_ptr()) }
             .map_err(|e| error::nccl("ncclCommInitAll", &e))?;
         let mut out = Vec::with_capacity(world_size);
+        let family = crate::comm::SplitFamily::new();
         let mut raw = comms.into_iter();
         for (rank, device) in devices.into_iter().enumerate() {
             let Some(comm) = raw.next() else { break };
@@ -78,7 +79,10 @@ pub fn open_cuda_world(
             let wrapped =
                 unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size, None) };
             match wrapped {
-                Ok(c) => out.push((device, c)),
+                Ok(mut c) => {
+                    c.set_family(std::sync::Arc::clone(&family));
+                    out.push((device, c));
+                }
                 Err(e) => {
                     // The communicators already wrapped are aborted or destroyed by their
                     // drops; abort the ones not wrapped yet instead of leaking them.

@@ -255,23 +255,42 @@ fn a_driver_without_cumemmap_has_no_virtual_memory() {
     );
 }
 
-/// An NCCL without `ncclCommSplit`: `new_group` is a typed error naming the symbol, not a
-/// panic; an NCCL without `ncclAlltoAll` (whatever its version) takes grouped send/recv.
+/// Bug found by the stand-in: an NCCL without `ncclCommSplit` made `new_group` panic
+/// (cudarc, at the first call of the missing symbol). It is probed by name now, and
+/// sub-groups come from a fresh unique id instead: same results, and the backend says so.
 #[test]
-fn an_nccl_without_split_or_alltoall_is_probed_by_name() {
+fn an_nccl_without_split_takes_fresh_ids_for_sub_groups() {
     if parent(
-        "an_nccl_without_split_or_alltoall_is_probed_by_name",
+        "an_nccl_without_split_takes_fresh_ids_for_sub_groups",
         &Install::Renamed("ncclCommSplit", "ncclCommSpliT"),
         &[],
     ) {
         return;
     }
-    let ranks = open_cuda_world(2).expect("world");
+    let ranks = open_cuda_world(3).expect("world");
     std::thread::scope(|scope| {
-        for (d, comm) in ranks {
+        for (rank, (d, comm)) in ranks.into_iter().enumerate() {
             scope.spawn(move || {
-                let e = comm.new_group(&[0]).map(|_| ()).expect_err("no split");
-                assert!(e.to_string().contains("ncclCommSplit"), "{e}");
+                assert!(!comm.splits_natively());
+                let sub = comm.new_group(&[2, 0]).expect("new_group");
+                assert_eq!(sub.is_some(), rank != 1);
+                if let Some(sub) = sub {
+                    assert_eq!((sub.rank(), sub.size()), (usize::from(rank == 0), 2));
+                    let s = d.create_stream().expect("stream");
+                    let buf = d.malloc(8).expect("malloc");
+                    let mine: Vec<u8> = [rank as f32, 1.0]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect();
+                    d.copy_host_to_device(buf, &mine, &s).expect("h2d");
+                    sub.all_reduce(buf, 2, DType::F32, ReduceOp::Sum, &s)
+                        .expect("all_reduce");
+                    let mut out = vec![0u8; 8];
+                    d.copy_device_to_host(&mut out, buf, &s).expect("d2h");
+                    assert_eq!(out[..4], 2.0f32.to_le_bytes());
+                    drop(sub);
+                    d.free(buf).expect("free");
+                }
                 drop(comm);
                 drop(d);
             });

@@ -12,7 +12,6 @@ use std::sync::atomic::Ordering;
 
 use memreuse_core::Backend;
 
-
 use crate::codes;
 use crate::state::{
     CURRENT, INITIALIZED, context_device, current, device_count, driver, guard, with_state,
