@@ -98,12 +98,12 @@ unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_
         let value = match attrib {
             attribute::UNIFIED_ADDRESSING => 1,
             attribute::COMPUTE_CAPABILITY_MAJOR => 8,
-            attribute::COMPUTE_CAPABILITY_MINOR => 0,
             attribute::VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED => {
                 i32::from(cfg!(not(feature = "no-vm")))
             }
-            // No stream-ordered allocator (cuMemAllocAsync is not exported).
-            attribute::MEMORY_POOLS_SUPPORTED => 0,
+            // Compute capability x.0; no stream-ordered allocator (cuMemAllocAsync is not
+            // exported).
+            attribute::COMPUTE_CAPABILITY_MINOR | attribute::MEMORY_POOLS_SUPPORTED => 0,
             // A valid attribute the stand-in does not model: refused rather than invented.
             _ => return Err(codes::NOT_SUPPORTED),
         };

@@ -397,10 +397,13 @@ unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, devlist: *c
     })
 }
 
+/// Per parent rank: its child communicator and rank there (`None`: no color).
+type SplitResults = Vec<Option<(Arc<Shared>, usize)>>;
+
 /// A split being formed: per parent rank, its (color, key); then the results.
 struct Split {
     arrived: Vec<Option<(c_int, c_int)>>,
-    results: Option<Vec<Option<(Arc<Shared>, usize)>>>,
+    results: Option<SplitResults>,
     taken: usize,
 }
 

@@ -96,7 +96,7 @@ thread_local! {
 }
 
 /// Submits now, or queues inside a group.
-fn submit(c: &Call, group: JointGroup, share: usize, op: JointOp) -> Result<(), u32> {
+fn submit(c: &Call, group: &JointGroup, share: usize, op: JointOp) -> Result<(), u32> {
     let mut op = Some(op);
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
@@ -121,12 +121,12 @@ fn submit(c: &Call, group: JointGroup, share: usize, op: JointOp) -> Result<(), 
 }
 
 /// A collective: numbered, its signature compared with the other ranks', submitted.
-fn collective_op(c: &Call, signature: String, op: JointOp) -> Result<(), u32> {
+fn collective_op(c: &Call, signature: &str, op: JointOp) -> Result<(), u32> {
     let k = c.m.issued.fetch_add(1, Ordering::AcqRel);
     let n = c.shared.devices.len();
     let matches = {
         let mut sigs = c.shared.signatures.lock();
-        let entry = sigs.entry(k).or_insert_with(|| (signature.clone(), 0));
+        let entry = sigs.entry(k).or_insert_with(|| (signature.to_owned(), 0));
         entry.1 += 1;
         let same = entry.0 == signature;
         if entry.1 == n {
@@ -141,7 +141,7 @@ fn collective_op(c: &Call, signature: String, op: JointOp) -> Result<(), u32> {
         // A name the other ranks do not use: the mock fails the op on every rank.
         JointOp::new(format!("{signature} (mismatched)"))
     };
-    submit(c, c.shared.collectives.clone(), c.m.rank, op)
+    submit(c, &c.shared.collectives, c.m.rank, op)
 }
 
 #[unsafe(no_mangle)]
@@ -169,7 +169,7 @@ unsafe extern "C" fn ncclAllReduce(
         let jop = jop.body(move |m| reduce::all_reduce(m, datatype, op));
         collective_op(
             &c,
-            format!("ncclAllReduce({count} x {datatype}, op {op})"),
+            &format!("ncclAllReduce({count} x {datatype}, op {op})"),
             jop,
         )
     })
@@ -197,7 +197,7 @@ unsafe extern "C" fn ncclReduceScatter(
             .body(move |m| reduce::reduce_scatter(m, datatype, op));
         collective_op(
             &c,
-            format!("ncclReduceScatter({recv_count} x {datatype}, op {op})"),
+            &format!("ncclReduceScatter({recv_count} x {datatype}, op {op})"),
             jop,
         )
     })
@@ -221,7 +221,11 @@ unsafe extern "C" fn ncclAllGather(
             .access(MemAccess::read(send, n))
             .access(MemAccess::write(recv, n * size))
             .body(collective::all_gather);
-        collective_op(&c, format!("ncclAllGather({send_count} x {datatype})"), jop)
+        collective_op(
+            &c,
+            &format!("ncclAllGather({send_count} x {datatype})"),
+            jop,
+        )
     })
 }
 
@@ -243,7 +247,7 @@ unsafe extern "C" fn ncclAlltoAll(
             .access(MemAccess::read(send, n))
             .access(MemAccess::write(recv, n))
             .body(collective::all_to_all);
-        collective_op(&c, format!("ncclAlltoAll({count} x {datatype})"), jop)
+        collective_op(&c, &format!("ncclAlltoAll({count} x {datatype})"), jop)
     })
 }
 
@@ -279,7 +283,7 @@ unsafe extern "C" fn ncclBroadcast(
             .body(move |m| collective::broadcast(m, root));
         collective_op(
             &c,
-            format!("ncclBroadcast({count} x {datatype}, root {root})"),
+            &format!("ncclBroadcast({count} x {datatype}, root {root})"),
             jop,
         )
     })
@@ -317,7 +321,7 @@ fn p2p(
     let op = JointOp::new("ncclSend/ncclRecv")
         .access(access)
         .body(collective::send_recv);
-    submit(&c, group.clone(), usize::from(!sending), op)
+    submit(&c, &group, usize::from(!sending), op)
 }
 
 /// A send to or a receive from this rank itself (NCCL's own all-to-all example issues them

@@ -160,7 +160,14 @@ fn fold_float(o: u32, l: f64, r: f64) -> f64 {
     }
 }
 
+/// f16 or bf16 conversions to and from f32.
+type HalfCodec = (fn(u16) -> f32, fn(f32) -> u16);
+
 /// `acc = acc (o) x`, element-wise.
+#[allow(
+    clippy::many_single_char_names,
+    reason = "type, op, operands: the usual names"
+)]
 fn fold(t: u32, o: u32, acc: &mut [u8], x: &[u8]) {
     match t {
         dtype::INT8 => fold_int!(i8, acc, x, o),
@@ -190,7 +197,7 @@ fn fold(t: u32, o: u32, acc: &mut [u8], x: &[u8]) {
             }
         }
         dtype::FLOAT16 | dtype::BFLOAT16 => {
-            let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if t == dtype::FLOAT16 {
+            let (to, from): HalfCodec = if t == dtype::FLOAT16 {
                 (f16_to_f32, f32_to_f16)
             } else {
                 (bf16_to_f32, f32_to_bf16)
@@ -237,7 +244,7 @@ fn divide(t: u32, acc: &mut [u8], n: usize) {
             }
         }
         dtype::FLOAT16 | dtype::BFLOAT16 => {
-            let (to, from): (fn(u16) -> f32, fn(f32) -> u16) = if t == dtype::FLOAT16 {
+            let (to, from): HalfCodec = if t == dtype::FLOAT16 {
                 (f16_to_f32, f32_to_f16)
             } else {
                 (bf16_to_f32, f32_to_bf16)
