@@ -69,6 +69,7 @@ mod harness;
 mod memory;
 mod nccl;
 mod nccl_ops;
+mod nccl_split;
 mod reduce;
 mod state;
 mod stream;

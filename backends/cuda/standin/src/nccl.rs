@@ -57,10 +57,10 @@ pub struct UniqueId {
 /// The leading fields of every `ncclConfig_t` version.
 #[repr(C)]
 pub struct ConfigHead {
-    size: usize,
-    magic: u32,
-    version: u32,
-    blocking: c_int,
+    pub(crate) size: usize,
+    pub(crate) magic: u32,
+    pub(crate) version: u32,
+    pub(crate) blocking: c_int,
 }
 
 const _: () = {
@@ -72,6 +72,16 @@ const _: () = {
     assert!(offset_of!(ConfigHead, blocking) == offset_of!(sys::ncclConfig_t, blocking));
 };
 
+/// Per parent rank: its child communicator and rank there (`None`: no color).
+type SplitResults = Vec<Option<(Arc<Shared>, usize)>>;
+
+/// A split being formed: per parent rank, its (color, key); then the results.
+pub(crate) struct Split {
+    pub arrived: Vec<Option<(c_int, c_int)>>,
+    pub results: Option<SplitResults>,
+    pub taken: usize,
+}
+
 /// What the members of one communicator share.
 pub(crate) struct Shared {
     pub devices: Vec<MockDevice>,
@@ -82,8 +92,8 @@ pub(crate) struct Shared {
     /// When a mismatched collective was seen: reported as an async error once the
     /// communicator's timeout has passed since (NCCL itself would hang).
     pub mismatch: Mutex<Option<Instant>>,
-    splits: Mutex<HashMap<u64, Split>>,
-    splits_cv: Condvar,
+    pub splits: Mutex<HashMap<u64, Split>>,
+    pub splits_cv: Condvar,
 }
 
 /// Point-to-point with oneself waiting for its other half: (buffer, bytes, stream).
@@ -102,7 +112,7 @@ pub(crate) struct Member {
     init_error: AtomicU32,
     /// Collectives issued by this rank (their numbers in the group).
     pub issued: AtomicU64,
-    splits_issued: AtomicU64,
+    pub splits_issued: AtomicU64,
     /// End events of this rank's submitted work, to report failures asynchronously.
     pub pending: Mutex<Vec<(MockDevice, MockEvent)>>,
     /// Sends to self (.0: receives waiting for one, .1: sends waiting for a receive).
@@ -116,7 +126,12 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    fn new(rank: usize, nranks: usize, device_index: usize, nonblocking: bool) -> Member {
+    pub(crate) fn new(
+        rank: usize,
+        nranks: usize,
+        device_index: usize,
+        nonblocking: bool,
+    ) -> Member {
         Member {
             shared: OnceLock::new(),
             rank,
@@ -140,7 +155,7 @@ impl Member {
     }
 }
 
-fn new_shared(devices: Vec<MockDevice>) -> Result<Arc<Shared>, u32> {
+pub(crate) fn new_shared(devices: Vec<MockDevice>) -> Result<Arc<Shared>, u32> {
     let collectives = JointGroup::new(&devices).map_err(|_| NCCL_INTERNAL_ERROR)?;
     let pairs = PairGroups::new(&devices);
     Ok(Arc::new(Shared {
@@ -157,7 +172,7 @@ fn new_shared(devices: Vec<MockDevice>) -> Result<Arc<Shared>, u32> {
 /// Communicator handles: opaque keys from the same sequence as the driver's handles.
 static COMMS: Mutex<Option<HashMap<usize, Arc<Member>>>> = Mutex::new(None);
 
-fn insert_comm(m: Arc<Member>) -> usize {
+pub(crate) fn insert_comm(m: Arc<Member>) -> usize {
     let key = next_handle_key();
     COMMS.lock().get_or_insert_with(HashMap::new).insert(key, m);
     key
@@ -395,109 +410,6 @@ unsafe extern "C" fn ncclCommInitAll(comms: *mut usize, ndev: c_int, devlist: *c
         }
         Ok(())
     })
-}
-
-/// Per parent rank: its child communicator and rank there (`None`: no color).
-type SplitResults = Vec<Option<(Arc<Shared>, usize)>>;
-
-/// A split being formed: per parent rank, its (color, key); then the results.
-struct Split {
-    arrived: Vec<Option<(c_int, c_int)>>,
-    results: Option<SplitResults>,
-    taken: usize,
-}
-
-/// Not exported by the `old-nccl` profile (NCCL < 2.18).
-#[cfg_attr(not(feature = "old-nccl"), unsafe(no_mangle))]
-unsafe extern "C" fn ncclCommSplit(
-    comm: usize,
-    color: c_int,
-    key: c_int,
-    newcomm: *mut usize,
-    config: *const ConfigHead,
-) -> u32 {
-    guard("ncclCommSplit", NCCL_INTERNAL_ERROR, || {
-        let parent = member(comm)?;
-        if newcomm.is_null() || (color < 0 && color != SPLIT_NOCOLOR) {
-            return Err(NCCL_INVALID_ARGUMENT);
-        }
-        let ps = Arc::clone(parent.ready()?);
-        let nonblocking = if config.is_null() {
-            parent.nonblocking
-        } else {
-            // SAFETY: not null (checked), a valid config (contract).
-            let c = unsafe { &*config };
-            if c.magic != CONFIG_MAGIC {
-                return Err(NCCL_INVALID_ARGUMENT);
-            }
-            c.blocking == 0
-        };
-        let seq = parent.splits_issued.fetch_add(1, Ordering::AcqRel);
-        let n = parent.nranks;
-        let deadline = Instant::now() + timeout();
-        let mut splits = ps.splits.lock();
-        let s = splits.entry(seq).or_insert_with(|| Split {
-            arrived: vec![None; n],
-            results: None,
-            taken: 0,
-        });
-        s.arrived[parent.rank] = Some((color, key));
-        if s.arrived.iter().all(Option::is_some) {
-            let mut results = vec![None; n];
-            let mut colors: Vec<c_int> = s.arrived.iter().flatten().map(|(c, _)| *c).collect();
-            colors.sort_unstable();
-            colors.dedup();
-            for c in colors.into_iter().filter(|&c| c != SPLIT_NOCOLOR) {
-                let mut ranks: Vec<(c_int, usize)> = s
-                    .arrived
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(r, a)| a.filter(|(ac, _)| *ac == c).map(|(_, k)| (k, r)))
-                    .collect();
-                ranks.sort_unstable();
-                let devices = ranks.iter().map(|&(_, r)| ps.devices[r].clone()).collect();
-                let child = new_shared(devices)?;
-                for (new_rank, &(_, r)) in ranks.iter().enumerate() {
-                    results[r] = Some((Arc::clone(&child), new_rank));
-                }
-            }
-            s.results = Some(results);
-            ps.splits_cv.notify_all();
-        }
-        let mine = loop {
-            let s = splits.get_mut(&seq).ok_or(NCCL_INTERNAL_ERROR)?;
-            if let Some(results) = &s.results {
-                let mine = results[parent.rank].clone();
-                s.taken += 1;
-                if s.taken == n {
-                    splits.remove(&seq);
-                }
-                break mine;
-            }
-            if ps.splits_cv.wait_until(&mut splits, deadline).timed_out() {
-                return Err(NCCL_SYSTEM_ERROR);
-            }
-        };
-        drop(splits);
-        let handle = match mine {
-            None => 0,
-            Some((child, rank)) => {
-                let size = child.devices.len();
-                let index = parent_device_index(&parent, &child, rank);
-                let m = Member::new(rank, size, index, nonblocking);
-                let _ = m.shared.set(child);
-                insert_comm(Arc::new(m))
-            }
-        };
-        // SAFETY: not null (checked), valid for a write (contract).
-        unsafe { newcomm.write(handle) };
-        Ok(())
-    })
-}
-
-/// The device index of a split child's member: the parent member's (same device).
-fn parent_device_index(parent: &Member, _child: &Shared, _rank: usize) -> usize {
-    parent.device_index
 }
 
 #[unsafe(no_mangle)]
