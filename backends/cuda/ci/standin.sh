@@ -38,9 +38,10 @@ trap '[ -n "${KEEP_CUDA_STANDIN:-}" ] || rm -rf "$work"' EXIT
 
 # install DIR LIB: DIR holds the four names a CUDA + NCCL install has, all links to LIB.
 install() {
+  local n
   mkdir -p "$1"
-  for name in libcuda.so libcuda.so.1 libnccl.so libnccl.so.2; do
-    ln -sf "$2" "$1/$name"
+  for n in libcuda.so libcuda.so.1 libnccl.so libnccl.so.2; do
+    ln -sf "$2" "$1/$n"
   done
 }
 install "$work/lib" "$so"
