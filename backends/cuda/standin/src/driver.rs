@@ -89,6 +89,25 @@ unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal_: c_int) -> u32 {
 }
 
 #[unsafe(no_mangle)]
+unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> u32 {
+    driver("cuDeviceGetName", || {
+        let capacity = usize::try_from(len).map_err(|_| codes::INVALID_VALUE)?;
+        if name.is_null() || capacity == 0 {
+            return Err(codes::INVALID_VALUE);
+        }
+        let text = format!("memreuse CUDA stand-in {}\0", ordinal(dev)?);
+        // Truncated to `len` bytes, NUL-terminated, as the driver does.
+        let n = text.len().min(capacity);
+        // SAFETY: `name` is valid for writes of `len` bytes (contract) and `n <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
+            name.add(n - 1).write(0);
+        }
+        Ok(())
+    })
+}
+
+#[unsafe(no_mangle)]
 unsafe extern "C" fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
     driver("cuDeviceGetAttribute", || {
         if pi.is_null() || !(1..attribute::MAX).contains(&attrib) {

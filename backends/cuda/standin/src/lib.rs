@@ -25,7 +25,7 @@
 //! | --- | --- |
 //! | `cuInit` | flags must be 0 |
 //! | `cuDriverGetVersion` | reports 12080 |
-//! | `cuDeviceGetCount`, `cuDeviceGet` | ordinal in range, else `CUDA_ERROR_INVALID_DEVICE` |
+//! | `cuDeviceGetCount`, `cuDeviceGet`, `cuDeviceGetName` | ordinal in range, else `CUDA_ERROR_INVALID_DEVICE`; the name truncated to `len` bytes, NUL-terminated (the benchmark asks for it) |
 //! | `cuDeviceGetAttribute` | attribute inside the enum (`CUDA_ERROR_INVALID_VALUE`); only modelled attributes answered (compute capability 8.0, unified addressing 1, `VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` 1 — 0 in `no-vm` —, `MEMORY_POOLS_SUPPORTED` 0); any other valid one is `CUDA_ERROR_NOT_SUPPORTED` rather than invented |
 //! | `cuDevicePrimaryCtxRetain`, `cuDevicePrimaryCtxRelease_v2` | reference counted; releasing an unretained context is `CUDA_ERROR_INVALID_CONTEXT`; the last release destroys it with its streams, events and memory |
 //! | `cuCtxGetCurrent`, `cuCtxSetCurrent` | per thread; only a live context (or NULL) becomes current |
