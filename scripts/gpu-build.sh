@@ -19,8 +19,11 @@ export CARGO_TERM_COLOR=never
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/scripts"
 
-echo "--- conformance runner (release, --features cuda)"
-cargo build --release --locked -p memreuse-conformance --features cuda
+# MEMREUSE_GPU_BUILD_FEATURES: the runner's features (default `cuda`); CI passes
+# `ascend,cuda` to reuse the conformance-build stage's binary instead of building another.
+features="${MEMREUSE_GPU_BUILD_FEATURES:-cuda}"
+echo "--- conformance runner (release, --features $features)"
+cargo build --release --locked -p memreuse-conformance --features "$features"
 cp "$target/release/memreuse-conformance" "$out/bin/"
 
 echo "--- allocator benchmark (release)"

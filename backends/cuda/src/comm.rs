@@ -20,11 +20,15 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
-use crate::nccl_args::{bad, chunk, dev, dtype, op, raw_stream};
-use crate::nccl_init::{
-    POLL_INTERVAL, WaitError, comm_state, still_in_progress, wait_ready, wait_settled, wait_until,
-};
+use crate::nccl_args::{chunk, dev, dtype, op, raw_stream};
+use crate::nccl_init::{wait_ready, wait_settled};
 use crate::p2p::{P2p, Pending, grouped};
+
+mod close;
+mod fresh_id;
+mod settle;
+
+pub(crate) use fresh_id::SplitFamily;
 
 /// `NCCL_SPLIT_NOCOLOR` from `nccl.h`: this rank joins no sub-communicator.
 const NCCL_SPLIT_NOCOLOR: c_int = -1;
@@ -51,14 +55,21 @@ pub struct NcclCommunicator {
     comm: RwLock<Option<RawComm>>,
     rank: usize,
     size: usize,
-    version: i32,
-    /// One f32 for `barrier`.
-    scratch: DevicePtr,
+    /// NCCL 2.28+ that exports `ncclAlltoAll` (probed by name: a missing symbol panics).
+    native_all_to_all: bool,
+    /// One f32 for `barrier`, allocated at the first barrier: a communicator takes no
+    /// device memory the allocator did not hand out until it needs it (a device filled to
+    /// its capacity by the allocator must not fail because a communicator exists).
+    scratch: Mutex<Option<DevicePtr>>,
     pending: Mutex<Option<Vec<Pending>>>,
     aborted: Mutex<Option<String>>,
     /// `Some(limit)` for a non-blocking communicator: after every call, its state is polled
     /// while `ncclInProgress`, for at most `limit`, before the next call may run.
     nonblocking: Option<Duration>,
+    /// The in-process world's shared ids for `new_group` without `ncclCommSplit`.
+    family: Option<std::sync::Arc<SplitFamily>>,
+    /// `new_group` calls so far (numbers the fresh ids).
+    splits: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for NcclCommunicator {
@@ -93,21 +104,26 @@ impl NcclCommunicator {
             e
         };
         let version = nccl_version().map_err(abort)?;
-        let scratch = device
-            .malloc(DType::F32.size_bytes())
-            .map_err(|e| abort(e.into()))?;
         let owned = RawComm(comm);
         Ok(NcclCommunicator {
             device,
             comm: RwLock::new(Some(owned)),
             rank,
             size,
-            version,
-            scratch,
+            native_all_to_all: version >= NCCL_ALLTOALL_VERSION
+                && crate::standin::nccl_has("ncclAlltoAll"),
+            scratch: Mutex::new(None),
             pending: Mutex::new(None),
             aborted: Mutex::new(None),
             nonblocking,
+            family: None,
+            splits: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Makes this rank a member of an in-process world's family (see [`SplitFamily`]).
+    pub(crate) fn set_family(&mut self, family: std::sync::Arc<SplitFamily>) {
+        self.family = Some(family);
     }
 
     /// The rank's device.
@@ -115,9 +131,15 @@ impl NcclCommunicator {
         &self.device
     }
 
+    /// True when `new_group` uses `ncclCommSplit`; false when the loaded NCCL lacks it and
+    /// sub-groups come from a fresh unique id instead (in-process worlds only).
+    pub fn splits_natively(&self) -> bool {
+        crate::standin::nccl_has("ncclCommSplit")
+    }
+
     /// True when `all_to_all` uses `ncclAlltoAll` (NCCL 2.28+), false for grouped send/recv.
     pub fn uses_native_all_to_all(&self) -> bool {
-        self.version >= NCCL_ALLTOALL_VERSION
+        self.native_all_to_all
     }
 
     fn check_alive(&self) -> Result<(), CommError> {
@@ -136,9 +158,9 @@ impl NcclCommunicator {
         count: usize,
         dt: DType,
     ) -> Result<(), CommError> {
-        let bytes = (count as u64)
-            .checked_mul(dt.size_bytes())
-            .ok_or_else(|| bad(call, format!("{count} elements overflow")))?;
+        let bytes = (count as u64).checked_mul(dt.size_bytes()).ok_or_else(|| {
+            CommError::invalid_argument(call, format!("{count} elements overflow"))
+        })?;
         if bytes > 0 {
             self.device.check_range(call, p, bytes)?;
         }
@@ -149,7 +171,10 @@ impl NcclCommunicator {
         if std::sync::Arc::ptr_eq(s.raw().context(), self.device.context()) {
             Ok(())
         } else {
-            Err(bad(call, "stream belongs to another device"))
+            Err(CommError::invalid_argument(
+                call,
+                "stream belongs to another device",
+            ))
         }
     }
 
@@ -157,7 +182,7 @@ impl NcclCommunicator {
         if r < self.size {
             Ok(())
         } else {
-            Err(bad(
+            Err(CommError::invalid_argument(
                 call,
                 format!("{what} {r} outside the group of {}", self.size),
             ))
@@ -172,7 +197,7 @@ impl NcclCommunicator {
     ) -> Result<(), CommError> {
         self.check_alive()?;
         if self.pending.lock().is_some() {
-            return Err(bad(
+            return Err(CommError::invalid_argument(
                 call,
                 "collectives inside group_start/group_end are not supported",
             ));
@@ -189,42 +214,6 @@ impl NcclCommunicator {
             self.settle(call, comm.0, limit)?;
         }
         result
-    }
-
-    /// Polls a non-blocking communicator until `call` settled. Stops early when `abort()`
-    /// was called meanwhile (it waits for the read lock this caller holds, so it must not
-    /// wait `limit` long). On a timeout the communicator is marked aborted: NCCL forbids the
-    /// next call while it is in progress, and the process group's `abort` or the drop then
-    /// aborts it for real.
-    fn settle(
-        &self,
-        call: &'static str,
-        comm: sys::ncclComm_t,
-        limit: Duration,
-    ) -> Result<(), CommError> {
-        let start = std::time::Instant::now();
-        let r = wait_until(
-            limit,
-            POLL_INTERVAL,
-            || {
-                if let Some(reason) = self.aborted.lock().clone() {
-                    return Err(CommError::Aborted { reason });
-                }
-                // SAFETY: the caller holds the read lock: `comm` stays live.
-                unsafe { comm_state(comm) }.map_err(|e| nccl_comm(call, &e))
-            },
-            || start.elapsed(),
-            std::thread::sleep,
-        );
-        match r {
-            Ok(()) => Ok(()),
-            Err(WaitError::Failed(e)) => Err(e),
-            Err(WaitError::TimedOut { .. }) => {
-                let e = still_in_progress(call, limit);
-                self.aborted.lock().get_or_insert_with(|| e.to_string());
-                Err(e)
-            }
-        }
     }
 
     fn p2p(
@@ -244,7 +233,7 @@ impl NcclCommunicator {
         self.check_stream(call, stream)?;
         self.check_rank(call, "peer", peer)?;
         if peer == self.rank {
-            return Err(bad(call, "peer is this rank"));
+            return Err(CommError::invalid_argument(call, "peer is this rank"));
         }
         self.check_buf(call, buf, count, dt)?;
         let op = Pending {
@@ -447,7 +436,10 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         self.check_alive()?;
         let mut pending = self.pending.lock();
         if pending.is_some() {
-            return Err(bad("group_start", "a group is already open"));
+            return Err(CommError::invalid_argument(
+                "group_start",
+                "a group is already open",
+            ));
         }
         *pending = Some(Vec::new());
         Ok(())
@@ -458,7 +450,7 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             .pending
             .lock()
             .take()
-            .ok_or_else(|| bad("group_end", "no group is open"))?;
+            .ok_or_else(|| CommError::invalid_argument("group_end", "no group is open"))?;
         if ops.is_empty() {
             return Ok(());
         }
@@ -466,7 +458,14 @@ impl Communicator<CudaDevice> for NcclCommunicator {
     }
 
     fn barrier(&self, stream: &CudaStreamHandle) -> Result<(), CommError> {
-        self.all_reduce(self.scratch, 1, DType::F32, ReduceOp::Sum, stream)
+        let scratch = {
+            let mut slot = self.scratch.lock();
+            match *slot {
+                Some(p) => p,
+                None => *slot.insert(self.device.malloc(DType::F32.size_bytes())?),
+            }
+        };
+        self.all_reduce(scratch, 1, DType::F32, ReduceOp::Sum, stream)
     }
 
     fn new_group(
@@ -474,12 +473,15 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         ranks: &[usize],
     ) -> Result<Option<Box<dyn Communicator<CudaDevice>>>, CommError> {
         if ranks.is_empty() {
-            return Err(bad("new_group", "empty rank list"));
+            return Err(CommError::invalid_argument("new_group", "empty rank list"));
         }
         for (i, r) in ranks.iter().enumerate() {
             self.check_rank("new_group", "rank", *r)?;
             if ranks[..i].contains(r) {
-                return Err(bad("new_group", format!("rank {r} listed twice")));
+                return Err(CommError::invalid_argument(
+                    "new_group",
+                    format!("rank {r} listed twice"),
+                ));
             }
         }
         let position = ranks.iter().position(|r| *r == self.rank);
@@ -489,6 +491,10 @@ impl Communicator<CudaDevice> for NcclCommunicator {
             NCCL_SPLIT_NOCOLOR
         };
         let key = position.unwrap_or(0) as c_int;
+        if !self.splits_natively() {
+            // Probed by name before the first call (cudarc would panic on it).
+            return self.new_group_fresh_id(ranks, position);
+        }
         let mut child: sys::ncclComm_t = ptr::null_mut();
         let split = self.run("ncclCommSplit", |c| {
             // SAFETY: the parent is live (read lock held by `run`), `child` is a valid out
@@ -564,42 +570,5 @@ impl Communicator<CudaDevice> for NcclCommunicator {
                 tracing::warn!("{}", error::nccl("ncclCommAbort", &e));
             }
         }
-    }
-}
-
-impl Drop for NcclCommunicator {
-    fn drop(&mut self) {
-        // A communicator marked aborted (a timed-out call) may still be in progress: abort it,
-        // never finalize it.
-        let mut failed = self.aborted.lock().is_some() || self.async_error().is_some();
-        if let Some(comm) = self.comm.get_mut().take() {
-            let _ = self.device.bind();
-            if let (false, Some(limit)) = (failed, self.nonblocking) {
-                // A non-blocking communicator is finalized (which may answer
-                // `ncclInProgress`) and waited for before it is destroyed; if that fails
-                // or takes too long, it is aborted instead.
-                // SAFETY: the communicator is live and owned here alone (`&mut self`).
-                let finalized = unsafe { nccl::comm_finalize(comm.0) }.is_ok()
-                    // SAFETY: as above; it stays live during the wait.
-                    && unsafe { wait_ready(comm.0, limit) }.is_ok();
-                failed = !finalized;
-            }
-            // SAFETY: the communicator is live and owned here alone (`&mut self`). A healthy
-            // one is destroyed (flushing its work); a failed one is aborted so a dead peer
-            // cannot hang the drop.
-            let r = unsafe {
-                if failed {
-                    nccl::comm_abort(comm.0)
-                } else {
-                    nccl::comm_destroy(comm.0)
-                }
-            };
-            if let Err(e) = r {
-                tracing::warn!("{}", error::nccl("ncclCommDestroy", &e));
-            }
-        }
-        // The barrier buffer goes last, once nothing can still use it.
-        let _ = self.device.synchronize_device();
-        let _ = self.device.free(self.scratch);
     }
 }

@@ -175,15 +175,19 @@ impl CudaDevice {
         ptr: DevicePtr,
         bytes: u64,
     ) -> Result<(), BackendError> {
-        let end = ptr
-            .addr()
-            .checked_add(bytes)
-            .ok_or_else(|| error::invalid(call, format!("range {ptr}+{bytes} overflows")))?;
+        let end = ptr.addr().checked_add(bytes).ok_or_else(|| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                format!("range {ptr}+{bytes} overflows"),
+            )
+        })?;
         let live = self.inner.allocations.lock();
         match live.range(..=ptr.addr()).next_back() {
             Some((&start, &len)) if end <= start + len => Ok(()),
             _ if self.inner.vm.lock().covers(ptr.addr(), end) => Ok(()),
-            _ => Err(error::invalid(
+            _ => Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 call,
                 format!(
                     "{bytes} bytes at {ptr} are not inside a live allocation of device {}",
@@ -193,11 +197,19 @@ impl CudaDevice {
         }
     }
 
+    fn ordinal_i32(&self) -> i32 {
+        i32::try_from(self.inner.ordinal).unwrap_or(i32::MAX)
+    }
+
     fn stream_ok(&self, call: &'static str, stream: &CudaStreamHandle) -> Result<(), BackendError> {
         if Arc::ptr_eq(stream.raw.context(), &self.inner.ctx) {
             Ok(())
         } else {
-            Err(error::invalid(call, "stream belongs to another device"))
+            Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                call,
+                "stream belongs to another device",
+            ))
         }
     }
 }
@@ -223,6 +235,16 @@ impl Backend for CudaDevice {
     fn capabilities(&self) -> memreuse_core::Capabilities {
         let mut c = memreuse_core::Capabilities::default();
         c.virtual_memory = self.inner.vm.lock().supported();
+        // The stand-in is the mock behind the driver ABI: it honours the capacity and the
+        // seed its configure hook takes, and has the mock's race detector and exact delays.
+        // A real driver has none of the hooks.
+        if let Some(h) = crate::standin::hooks().filter(|h| h.is_standin()) {
+            c.deterministic_scheduling = true;
+            c.memory_capacity = true;
+            c.exact_delays = h.delay.is_some();
+            c.native_race_detection =
+                h.race_reports.is_some() && crate::standin::RACE_DETECTION.load(Ordering::Acquire);
+        }
         c
     }
 
@@ -237,10 +259,19 @@ impl Backend for CudaDevice {
 
     fn malloc(&self, bytes: u64) -> Result<DevicePtr, BackendError> {
         if bytes == 0 {
-            return Err(error::invalid("malloc", "zero bytes"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "malloc",
+                "zero bytes",
+            ));
         }
-        let len = usize::try_from(bytes)
-            .map_err(|_| error::invalid("malloc", format!("{bytes} bytes do not fit in usize")))?;
+        let len = usize::try_from(bytes).map_err(|_| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                "malloc",
+                format!("{bytes} bytes do not fit in usize"),
+            )
+        })?;
         self.bind()?;
         // SAFETY: the context is bound; the memory is uninitialized, which is what
         // `Backend::malloc` promises (contents undefined) and is never read on the host.
@@ -254,7 +285,8 @@ impl Backend for CudaDevice {
         // (still live, freeable later) instead of being forgotten while still allocated.
         self.bind()?;
         if self.inner.allocations.lock().remove(&ptr.addr()).is_none() {
-            return Err(error::invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "free",
                 format!("{ptr} is not a live allocation"),
             ));
@@ -427,7 +459,8 @@ impl Backend for CudaDevice {
         if dst.addr() < src.addr().saturating_add(bytes)
             && src.addr() < dst.addr().saturating_add(bytes)
         {
-            return Err(error::invalid(
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
                 "copy_device_to_device",
                 format!("{bytes} bytes at {src} and {dst} overlap"),
             ));
@@ -491,6 +524,21 @@ impl Backend for CudaDevice {
         if micros == 0 {
             return Ok(());
         }
+        if let Some(f) = crate::standin::hooks().and_then(|h| h.delay) {
+            // The stand-in's exact busy period instead of a sleeping host function.
+            // SAFETY: a live stream of this device and a plain integer.
+            let code = unsafe { f(stream.raw.cu_stream().cast(), micros) };
+            if code != 0 {
+                return Err(BackendError::Device {
+                    backend: BACKEND_NAME.to_owned(),
+                    call: "memreuse_standin_delay",
+                    code: i64::from(code),
+                    code_name: format!("CUresult {code}"),
+                    message: "the stand-in refused the delay".to_owned(),
+                });
+            }
+            return Ok(());
+        }
         let micros = micros.min(MAX_DELAY.as_micros() as u64);
         self.bind()?;
         // SAFETY: `sleep_micros` is a valid `extern "C"` host function that makes no CUDA
@@ -504,5 +552,23 @@ impl Backend for CudaDevice {
             )
         }
         .map_err(|e| error::driver("cuLaunchHostFunc", e))
+    }
+
+    fn annotate_allocation(&self, ptr: DevicePtr, bytes: u64, id: memreuse_core::AllocationId) {
+        if let Some(f) = crate::standin::hooks().and_then(|h| h.annotate) {
+            // SAFETY: plain integers.
+            let _ = unsafe { f(self.ordinal_i32(), ptr.addr(), bytes, id.0) };
+        }
+    }
+
+    fn set_op_label(&self, label: &str) {
+        if let Some(f) = crate::standin::hooks().and_then(|h| h.set_op_label) {
+            // SAFETY: `label` is valid for `label.len()` bytes during the call.
+            let _ = unsafe { f(self.ordinal_i32(), label.as_ptr().cast(), label.len()) };
+        }
+    }
+
+    fn race_reports(&self) -> Option<Vec<memreuse_core::RaceReport>> {
+        crate::standin::race_reports(self.ordinal_i32())
     }
 }

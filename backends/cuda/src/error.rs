@@ -114,14 +114,6 @@ pub(crate) fn out_of_memory_or(call: &'static str, requested: u64, e: DriverErro
     }
 }
 
-pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> BackendError {
-    BackendError::InvalidArgument {
-        backend: BACKEND_NAME.to_owned(),
-        call,
-        reason: reason.into(),
-    }
-}
-
 pub(crate) fn unavailable(reason: impl Into<String>) -> BackendError {
     BackendError::Unavailable {
         backend: BACKEND_NAME.to_owned(),

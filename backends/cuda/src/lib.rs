@@ -4,11 +4,17 @@
 //! | item | what |
 //! |---|---|
 //! | [`CudaDevice`] | one GPU: `cuMemAlloc`/`cuMemFree`, non-blocking streams, disable-timing events, async memset/copies |
-//! | [`CudaDevice`]'s `vm_*` | virtual memory (`cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`/`cuMemAddressFree`), declared only where the device supports it; never run on a GPU yet |
+//! | [`CudaDevice`]'s `vm_*` | virtual memory (`cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`/`cuMemSetAccess`/`cuMemUnmap`/`cuMemRelease`/`cuMemAddressFree`), declared only where the device supports it and the driver exports all eight symbols; run against the stand-in, never on a GPU yet |
 //! | [`NcclCommunicator`] | one rank of an NCCL communicator (`ncclAlltoAll` on NCCL 2.28+, grouped send/recv before) |
 //! | [`open_cuda_world`] | every rank in this process, one device each (`ncclCommInitAll`) |
 //! | [`open_rank_from_env`] | one rank per process: torchrun's variables, NCCL id through the TCP store |
 //! | [`bench`](mod@bench) | the allocator benchmark of the `memreuse-cuda-bench` binary: size trace, peers, records |
+//!
+//! CI runs all of it against the CUDA stand-in (`memreuse-cuda-standin`, found on
+//! `LD_LIBRARY_PATH` as a real install is); on it the backend reads the stand-in's own hooks
+//! (`standin.rs`: configure, race detection and reports, annotations, exact delays), which a
+//! real driver does not export. Optional symbols (cuMem*, `ncclAlltoAll`, `ncclCommSplit`)
+//! are probed by name before first use.
 //!
 //! Without `libcuda` (or `libnccl` for communicators) every entry point returns
 //! `BackendError::Unavailable` naming the library and where it was looked for; nothing
@@ -24,6 +30,7 @@ mod nccl_args;
 mod nccl_init;
 mod p2p;
 mod registry;
+mod standin;
 mod virtual_memory;
 mod world;
 

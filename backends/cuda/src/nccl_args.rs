@@ -9,19 +9,11 @@ use memreuse_core::comm::{CommError, DType, ReduceOp};
 
 use crate::device::CudaStreamHandle;
 
-/// A refused argument of `call`.
-pub(crate) fn bad(call: &'static str, reason: impl Into<String>) -> CommError {
-    CommError::InvalidArgument {
-        call,
-        reason: reason.into(),
-    }
-}
-
 /// NCCL's type for `d` (the CUDA backend moves f32 only).
 pub(crate) fn dtype(d: DType) -> Result<sys::ncclDataType_t, CommError> {
     match d {
         DType::F32 => Ok(sys::ncclDataType_t::ncclFloat32),
-        other => Err(bad(
+        other => Err(CommError::invalid_argument(
             "dtype",
             format!("{other:?} is not supported by the CUDA backend"),
         )),

@@ -64,7 +64,20 @@ pub(crate) enum Support {
     No(String),
 }
 
-/// Reads `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` of `device`.
+/// The driver symbols the virtual-memory path calls.
+const VM_SYMBOLS: [&str; 8] = [
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemSetAccess",
+    "cuMemUnmap",
+];
+
+/// Reads `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` of `device`, after
+/// checking that the driver exports every symbol of [`VM_SYMBOLS`].
 pub(crate) fn query_support(device: sys::CUdevice, ordinal: usize) -> Support {
     let read = error::guard("cuDeviceGetAttribute", || {
         // SAFETY: `device` came from the context cudarc opened for this ordinal.
@@ -76,6 +89,15 @@ pub(crate) fn query_support(device: sys::CUdevice, ordinal: usize) -> Support {
         }
         .map_err(|e| error::driver("cuDeviceGetAttribute", e))
     });
+    // Each symbol by name: cudarc panics at the first call of one the driver lacks, and
+    // the attribute does not prove the symbols are there.
+    if let Some(missing) = VM_SYMBOLS.iter().find(|n| !crate::standin::driver_has(n)) {
+        return Support::No(format!(
+            "the CUDA driver library does not export {missing} (needed with cuMemAddressReserve, \
+             cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree, \
+             cuMemGetAllocationGranularity)"
+        ));
+    }
     match read {
         Ok(0) => Support::No(format!(
             "CUDA device {ordinal} reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 0"
@@ -121,7 +143,9 @@ fn properties(ordinal: usize) -> sys::CUmemAllocationProp {
 }
 
 fn size_t(call: &'static str, bytes: u64) -> Result<usize, BackendError> {
-    usize::try_from(bytes).map_err(|_| error::invalid(call, format!("{bytes} bytes exceed usize")))
+    usize::try_from(bytes).map_err(|_| {
+        BackendError::invalid_argument(BACKEND_NAME, call, format!("{bytes} bytes exceed usize"))
+    })
 }
 
 impl DeviceVm {

@@ -13,7 +13,7 @@ use thiserror::Error;
 
 use crate::comm::NcclCommunicator;
 use crate::device::{CudaDevice, device_count};
-use crate::error::{self, guard};
+use crate::error::{self, BACKEND_NAME, guard};
 use crate::nccl_init::{
     InitError, InitTimeoutError, init_rank_with_deadline, init_timeout_from_env,
 };
@@ -22,11 +22,16 @@ use crate::nccl_init::{
 pub const NCCL_ID_KEY: &str = "memreuse/nccl/unique_id";
 /// Size of an NCCL unique id in bytes.
 pub const NCCL_ID_LEN: usize = 128;
+/// Devices the stand-in is configured with at least, so every built-in schedule (the
+/// largest has 16 ranks) fits (a real driver has the devices it has).
+pub const STANDIN_MIN_DEVICES: usize = 16;
+/// Capacity of a stand-in device when the options name none.
+const STANDIN_DEFAULT_CAPACITY: u64 = 1 << 30;
 
 fn comm_to_backend(e: CommError) -> BackendError {
     match e {
         CommError::Backend(b) => b,
-        other => error::invalid("open_world", other.to_string()),
+        other => BackendError::invalid_argument(BACKEND_NAME, "open_world", other.to_string()),
     }
 }
 
@@ -39,7 +44,11 @@ pub fn open_cuda_world(
         error::probe_driver()?;
         error::probe_nccl()?;
         if world_size == 0 {
-            return Err(error::invalid("open_world", "world size 0"));
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "open_world",
+                "world size 0",
+            ));
         }
         let count = device_count()?;
         if world_size > count {
@@ -50,8 +59,9 @@ pub fn open_cuda_world(
         let devices = (0..world_size)
             .map(CudaDevice::open)
             .collect::<Result<Vec<_>, _>>()?;
-        let n = c_int::try_from(world_size)
-            .map_err(|_| error::invalid("open_world", "world size too large"))?;
+        let n = c_int::try_from(world_size).map_err(|_| {
+            BackendError::invalid_argument(BACKEND_NAME, "open_world", "world size too large")
+        })?;
         let list: Vec<c_int> = (0..n).collect();
         let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); world_size];
         devices[0].bind()?;
@@ -60,6 +70,7 @@ pub fn open_cuda_world(
         unsafe { nccl::comm_init_all(comms.as_mut_ptr(), n, list.as_ptr()) }
             .map_err(|e| error::nccl("ncclCommInitAll", &e))?;
         let mut out = Vec::with_capacity(world_size);
+        let family = crate::comm::SplitFamily::new();
         let mut raw = comms.into_iter();
         for (rank, device) in devices.into_iter().enumerate() {
             let Some(comm) = raw.next() else { break };
@@ -68,7 +79,10 @@ pub fn open_cuda_world(
             let wrapped =
                 unsafe { NcclCommunicator::from_raw(device.clone(), comm, rank, world_size, None) };
             match wrapped {
-                Ok(c) => out.push((device, c)),
+                Ok(mut c) => {
+                    c.set_family(std::sync::Arc::clone(&family));
+                    out.push((device, c));
+                }
                 Err(e) => {
                     // The communicators already wrapped are aborted or destroyed by their
                     // drops; abort the ones not wrapped yet instead of leaking them.
@@ -87,6 +101,20 @@ pub fn open_cuda_world(
 
 /// The `WorldRegistration` entry point: erased endpoints for the conformance runner.
 pub(crate) fn open_world(options: &WorldOptions) -> Result<Vec<RankEndpoint>, BackendError> {
+    // The stand-in gets a fresh cluster shaped by the options (no-op on a real driver):
+    // enough devices for every built-in schedule, the capacity, seed and timeout asked.
+    guard("open_world", || {
+        crate::standin::configure(
+            options.world_size.max(STANDIN_MIN_DEVICES),
+            options
+                .backend
+                .memory_capacity
+                .unwrap_or(STANDIN_DEFAULT_CAPACITY),
+            options.backend.deterministic_seed,
+            u64::try_from(options.timeout.as_millis()).unwrap_or(u64::MAX),
+            !options.backend.disable_native_race_detection,
+        )
+    })?;
     Ok(open_cuda_world(options.world_size)?
         .into_iter()
         .enumerate()
@@ -173,14 +201,18 @@ pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, Launc
         }
         (store, id)
     };
-    let rank =
-        c_int::try_from(env.rank).map_err(|_| error::invalid("open_rank", "rank too large"))?;
-    let size = c_int::try_from(env.world_size)
-        .map_err(|_| error::invalid("open_rank", "world size too large"))?;
+    let rank = c_int::try_from(env.rank)
+        .map_err(|_| BackendError::invalid_argument(BACKEND_NAME, "open_rank", "rank too large"))?;
+    let size = c_int::try_from(env.world_size).map_err(|_| {
+        BackendError::invalid_argument(BACKEND_NAME, "open_rank", "world size too large")
+    })?;
     if rank >= size {
-        return Err(
-            error::invalid("open_rank", format!("rank {rank} >= world size {size}")).into(),
-        );
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
+            "open_rank",
+            format!("rank {rank} >= world size {size}"),
+        )
+        .into());
     }
     let communicator = match init_timeout {
         None => {

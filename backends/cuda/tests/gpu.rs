@@ -1,8 +1,10 @@
-//! Tests that need a CUDA GPU (and NCCL for the communicator ones). Each checks at run time
-//! and prints `skipped: no CUDA device` (or why) instead of failing where there is none, so
-//! CI (no GPU) passes them trivially; `scripts/gpu-check.sh` runs them on a GPU machine with
-//! `--nocapture` and `MEMREUSE_REQUIRE_DEVICE=1`, so a missing device or library fails them
-//! there (too few devices for a multi-GPU test still skips).
+//! Tests that need a CUDA GPU (and NCCL for the communicator ones), or the CUDA stand-in
+//! (`backends/cuda/standin`) found on `LD_LIBRARY_PATH`. Each checks at run time and prints
+//! `skipped: no CUDA device` (or why) instead of failing where there is neither, so a plain
+//! `cargo test` passes them trivially; CI's `cuda-standin` stage
+//! (`backends/cuda/ci/standin.sh`) runs them against the stand-in and `scripts/gpu-check.sh`
+//! on a GPU machine, both with `MEMREUSE_REQUIRE_DEVICE=1`, so a missing device or library
+//! fails them there (too few devices for a multi-GPU test still skips).
 
 #![allow(
     clippy::float_cmp,

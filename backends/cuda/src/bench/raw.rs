@@ -5,7 +5,7 @@ use memreuse_core::{Backend, BackendError};
 
 use super::run::{BenchError, BenchPeer, PeerFigures};
 use crate::device::CudaDevice;
-use crate::error;
+use crate::error::{self, BACKEND_NAME};
 
 /// A raw allocation: its device address and requested size. Dropping it without
 /// [`BenchPeer::free`] leaks it until the process exits (the bench only does that on error).
@@ -64,8 +64,13 @@ impl BenchPeer for RawDriverPeer {
 
     #[inline]
     fn alloc(&mut self, size: u64) -> Result<RawAllocation, BenchError> {
-        let len = usize::try_from(size)
-            .map_err(|_| error::invalid("cuMemAlloc", format!("{size} bytes do not fit")))?;
+        let len = usize::try_from(size).map_err(|_| {
+            BackendError::invalid_argument(
+                BACKEND_NAME,
+                "cuMemAlloc",
+                format!("{size} bytes do not fit"),
+            )
+        })?;
         // SAFETY: the device's context was bound to this thread by `new` (the bench is
         // single-threaded); the memory is never read on the host.
         let ptr = unsafe { result::malloc_sync(len) }.map_err(|e| error::alloc(size, e))?;
