@@ -92,6 +92,7 @@ typedef struct Op {
     uint64_t count;
     MrDType dtype;
     MrReduceOp op;
+    MrStream *stream; /* set by enqueue */
 } Op;
 
 struct MrStream {
@@ -103,6 +104,8 @@ struct MrStream {
     Op *head, *tail;
     uint64_t enqueued, completed; /* the counters events are made of */
     int stop;
+    MrStatus error; /* a failed op (a collective): the next synchronize reports it */
+    char error_msg[240];
     struct MrStream *next; /* every stream of the device, freed at close */
 };
 
@@ -187,6 +190,7 @@ static MrStream *stream_new(MrDevice *d) {
 static uint64_t enqueue(MrStream *s, Op *op) {
     uint64_t ticket;
     op->next = NULL;
+    op->stream = s;
     (void)pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = op;
     else s->head = op;
@@ -197,9 +201,33 @@ static uint64_t enqueue(MrStream *s, Op *op) {
     return ticket;
 }
 
-static void wait_ticket(MrStream *s, uint64_t ticket) {
+/* Waits until the stream completed `ticket` ops (a device-side wait of another stream). */
+static void wait_done(MrStream *s, uint64_t ticket) {
     (void)pthread_mutex_lock(&s->mu);
     while (s->completed < ticket) (void)pthread_cond_wait(&s->cv, &s->mu);
+    (void)pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits until the stream completed `ticket` ops; reports (once) an op that failed. */
+static MrStatus wait_ticket(MrStream *s, uint64_t ticket) {
+    MrStatus st;
+    char msg[240];
+    (void)pthread_mutex_lock(&s->mu);
+    while (s->completed < ticket) (void)pthread_cond_wait(&s->cv, &s->mu);
+    st = s->error;
+    memcpy(msg, s->error_msg, sizeof msg);
+    s->error = MR_OK;
+    (void)pthread_mutex_unlock(&s->mu);
+    return st == MR_OK ? MR_OK : fail(st, "stream %llu: %s", (unsigned long long)s->id, msg);
+}
+
+/* Called by a worker whose op failed. */
+static void stream_fail(MrStream *s, MrStatus st, const char *msg) {
+    (void)pthread_mutex_lock(&s->mu);
+    if (s->error == MR_OK) {
+        s->error = st;
+        (void)snprintf(s->error_msg, sizeof s->error_msg, "%s", msg);
+    }
     (void)pthread_mutex_unlock(&s->mu);
 }
 
@@ -401,8 +429,7 @@ static MrStatus host_event_synchronize(MrDevice *d, MrEvent *e) {
     MrStream *s;
     uint64_t target;
     event_read(d, e, &s, &target);
-    if (s) wait_ticket(s, target);
-    return MR_OK;
+    return s ? wait_ticket(s, target) : MR_OK;
 }
 
 static MrStatus host_stream_wait_event(MrDevice *d, MrStream *s, MrEvent *e) {
@@ -424,17 +451,18 @@ static MrStatus host_stream_synchronize(MrDevice *d, MrStream *s) {
     (void)pthread_mutex_lock(&s->mu);
     ticket = s->enqueued;
     (void)pthread_mutex_unlock(&s->mu);
-    wait_ticket(s, ticket);
-    return MR_OK;
+    return wait_ticket(s, ticket);
 }
 
 static MrStatus host_device_synchronize(MrDevice *d) {
     MrStream *s;
+    MrStatus st = MR_OK, one;
     (void)pthread_mutex_lock(&d->mu);
     s = d->streams;
     (void)pthread_mutex_unlock(&d->mu);
-    for (; s; s = s->next) (void)host_stream_synchronize(d, s);
-    return MR_OK;
+    for (; s; s = s->next)
+        if ((one = host_stream_synchronize(d, s)) != MR_OK && st == MR_OK) st = one;
+    return st;
 }
 
 static MrStatus host_memset_zero(MrDevice *d, uint64_t ptr, uint64_t bytes, MrStream *s) {
@@ -474,8 +502,7 @@ static MrStatus host_copy_device_to_host(MrDevice *d, void *dst, uint64_t src, s
     op->dst = dst;
     op->src = (const void *)(uintptr_t)src;
     op->bytes = bytes;
-    wait_ticket(s, enqueue(s, op)); /* blocks until the bytes are in dst */
-    return MR_OK;
+    return wait_ticket(s, enqueue(s, op)); /* blocks until the bytes are in dst */
 }
 
 static MrStatus host_copy_device_to_device(MrDevice *d, uint64_t dst, uint64_t src,

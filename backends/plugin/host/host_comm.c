@@ -127,8 +127,10 @@ static MrComm *comm_new(Group *g, MrDevice *dev, uint32_t rank) {
     return c;
 }
 
-/* Records the communicator's first asynchronous error (g->mu held). */
-static void set_error(MrComm *c, MrStatus st, const char *msg) {
+/* An op of `c` failed (g->mu held): the communicator's first asynchronous error, and
+ * the stream's next synchronize reports it. */
+static void op_failed(MrComm *c, const Op *op, MrStatus st, const char *msg) {
+    stream_fail(op->stream, st, msg);
     if (c->error != MR_OK) return;
     c->error = st;
     (void)snprintf(c->error_msg, sizeof c->error_msg, "%s", msg);
@@ -256,7 +258,7 @@ static void run_collective(Op *op) {
     char msg[200];
     (void)pthread_mutex_lock(&g->mu);
     if (c->aborted) {
-        set_error(c, MR_ERR_ABORTED, "the communicator was aborted");
+        op_failed(c, op, MR_ERR_ABORTED, "the communicator was aborted");
         (void)pthread_mutex_unlock(&g->mu);
         return;
     }
@@ -264,7 +266,7 @@ static void run_collective(Op *op) {
     if (!k) {
         if (!(k = calloc(1, sizeof *k)) || !(k->in = calloc(2 * (size_t)g->size, sizeof(void *)))) {
             free(k);
-            set_error(c, MR_ERR_INTERNAL, "collective: the plugin's host allocation failed");
+            op_failed(c, op, MR_ERR_INTERNAL, "collective: the plugin's host allocation failed");
             (void)pthread_mutex_unlock(&g->mu);
             return;
         }
@@ -305,7 +307,7 @@ static void run_collective(Op *op) {
     if (st == MR_OK) st = k->status;
     if (st != MR_OK) {
         (void)snprintf(msg, sizeof msg, "%s", k->msg);
-        set_error(c, st, msg);
+        op_failed(c, op, st, msg);
     }
     if (++k->departed == g->size) { /* everyone left: unlink and free it */
         Coll **p = &g->colls;
@@ -322,7 +324,7 @@ static void run_p2p(Op *op) {
     Group *g = c->g;
     (void)pthread_mutex_lock(&g->mu);
     if (c->aborted) {
-        set_error(c, MR_ERR_ABORTED, "the communicator was aborted");
+        op_failed(c, op, MR_ERR_ABORTED, "the communicator was aborted");
     } else if (op->kind == OP_SEND) {
         Msg *m = calloc(1, sizeof *m);
         if (m && (m->data = malloc(op->bytes ? op->bytes : 1)) != NULL) {
@@ -336,7 +338,7 @@ static void run_p2p(Op *op) {
             (void)pthread_cond_broadcast(&g->cv);
         } else {
             free(m);
-            set_error(c, MR_ERR_INTERNAL, "send: the plugin's host allocation failed");
+            op_failed(c, op, MR_ERR_INTERNAL, "send: the plugin's host allocation failed");
         }
     } else { /* OP_RECV: wait for the matching message */
         Msg **p = NULL;
@@ -353,11 +355,11 @@ static void run_p2p(Op *op) {
             Msg *m = *p;
             *p = m->next;
             if (m->bytes == op->bytes) memcpy(op->dst, m->data, m->bytes);
-            else set_error(c, MR_ERR_INVALID_ARGUMENT, "recv: the sender sent another size");
+            else op_failed(c, op, MR_ERR_INVALID_ARGUMENT, "recv: the sender sent another size");
             free(m->data);
             free(m);
         } else {
-            set_error(c, c->aborted ? MR_ERR_ABORTED : MR_ERR_TIMEOUT,
+            op_failed(c, op, c->aborted ? MR_ERR_ABORTED : MR_ERR_TIMEOUT,
                       c->aborted ? "the communicator was aborted" : "recv: no message arrived");
         }
     }
@@ -375,7 +377,7 @@ static void run_op(Op *op) {
         (void)nanosleep(&t, NULL);
         break;
     }
-    case OP_WAIT: wait_ticket(op->wait_stream, op->wait_target); break;
+    case OP_WAIT: wait_done(op->wait_stream, op->wait_target); break;
     case OP_COLL: run_collective(op); break;
     default: run_p2p(op); break;
     }
@@ -462,7 +464,10 @@ static void host_comm_destroy(MrComm *c) {
 static void host_comm_abort(MrComm *c) {
     (void)pthread_mutex_lock(&c->g->mu);
     c->aborted = 1;
-    set_error(c, MR_ERR_ABORTED, "the communicator was aborted");
+    if (c->error == MR_OK) {
+        c->error = MR_ERR_ABORTED;
+        (void)snprintf(c->error_msg, sizeof c->error_msg, "the communicator was aborted");
+    }
     (void)pthread_cond_broadcast(&c->g->cv);
     (void)pthread_mutex_unlock(&c->g->mu);
 }
