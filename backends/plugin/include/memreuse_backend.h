@@ -178,7 +178,7 @@ typedef struct MrRaceAccess {
 } MrRaceAccess;
 
 /* Two conflicting accesses not ordered by happens-before (filled by the plugin; its
- * strings stay valid until the next race_report_get on the device or its close). */
+ * strings stay valid until the next race_report_count on the device or its close). */
 typedef struct MrRaceReport {
     size_t struct_size;
     uint32_t kind; /* 0 schedule race (one allocation), 1 reuse race (two) */
