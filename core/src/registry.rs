@@ -101,6 +101,14 @@ pub enum OpenError {
     /// The backend is linked in but cannot run here.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A plugin named by `plugin:PATH` or `MEMREUSE_BACKEND_PLUGINS` could not be loaded.
+    #[error("backend `{name}`: {reason}")]
+    Plugin {
+        /// The name asked for.
+        name: String,
+        /// What was wrong with the plugin (file, versions, field).
+        reason: String,
+    },
 }
 
 /// Opens device `options.device` of the backend called `name`.

@@ -105,9 +105,15 @@ pub fn load(path: &Path) -> Result<Plugin, PluginError> {
             reason: "no such file".to_owned(),
         });
     }
+    // A bare file name would make dlopen search the library path: open the file named.
+    let file = if path.is_relative() {
+        Path::new(".").join(path)
+    } else {
+        path.to_owned()
+    };
     // SAFETY: loading a library runs its initializers; that is what loading a plugin means,
     // and the user named this file as a memreuse plugin.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| open_error(path, &e))?;
+    let lib = unsafe { libloading::Library::new(&file) }.map_err(|e| open_error(path, &e))?;
     // Never unloaded: the plugin's threads and statics may outlive any handle we hold.
     let lib: &'static libloading::Library = Box::leak(Box::new(lib));
     let symbol = format!("memreuse_backend_v{ABI_MAJOR}");
