@@ -70,7 +70,8 @@ struct Slot {
     backend: RuntimeBackend,
 }
 
-static SLOTS: [OnceLock<Slot>; MAX_RUNTIME_BACKENDS] = [const { OnceLock::new() }; MAX_RUNTIME_BACKENDS];
+static SLOTS: [OnceLock<Slot>; MAX_RUNTIME_BACKENDS] =
+    [const { OnceLock::new() }; MAX_RUNTIME_BACKENDS];
 /// Serializes registrations (name check, slot choice, publication).
 static REGISTER: Mutex<usize> = Mutex::new(0);
 
@@ -93,7 +94,9 @@ fn open_slot<const K: usize>(options: &BackendOptions) -> Result<AnyBackend, Bac
         .map_or_else(|| Err(empty_slot()), |s| (s.backend.open)(options))
 }
 
-fn open_world_slot<const K: usize>(options: &WorldOptions) -> Result<Vec<RankEndpoint>, BackendError> {
+fn open_world_slot<const K: usize>(
+    options: &WorldOptions,
+) -> Result<Vec<RankEndpoint>, BackendError> {
     match SLOTS[K].get().and_then(|s| s.backend.open_world.as_ref()) {
         Some(open) => open(options),
         None => Err(empty_slot()),

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use memreuse_core::{BackendError, CommError, Communicator, DType, DevicePtr, ReduceOp};
 use parking_lot::Mutex;
 
-use crate::abi::{MR_DTYPE_F32, MR_OK, MR_OP_MAX, MR_OP_MIN, MR_OP_SUM, MrComm, MrDType, MrReduceOp, MrStream};
+use crate::abi::{
+    MR_DTYPE_F32, MR_OK, MR_OP_MAX, MR_OP_MIN, MR_OP_SUM, MrComm, MrDType, MrReduceOp, MrStream,
+};
 use crate::device::{PluginDevice, PluginStream, entry};
 
 /// One rank of a plugin communicator, bound to one plugin device.
@@ -72,12 +74,18 @@ impl PluginComm {
             lock: Mutex::new(()),
         };
         // SAFETY: a live communicator and two out-pointers.
-        p.check(unsafe { f(raw, &raw mut rank, &raw mut size) }, "comm_rank_size")?;
+        p.check(
+            unsafe { f(raw, &raw mut rank, &raw mut size) },
+            "comm_rank_size",
+        )?;
         if size == 0 || rank >= size {
             return Err(BackendError::invalid_argument(
                 p.name.clone(),
                 "comm_rank_size",
-                format!("plugin {} reports rank {rank} of a group of {size}", p.path.display()),
+                format!(
+                    "plugin {} reports rank {rank} of a group of {size}",
+                    p.path.display()
+                ),
             ));
         }
         comm.rank = rank as usize;
@@ -85,7 +93,11 @@ impl PluginComm {
         Ok(comm)
     }
 
-    fn stream(&self, stream: &PluginStream, call: &'static str) -> Result<*mut MrStream, CommError> {
+    fn stream(
+        &self,
+        stream: &PluginStream,
+        call: &'static str,
+    ) -> Result<*mut MrStream, CommError> {
         Ok(self.device.raw_stream(stream, call)?)
     }
 
@@ -120,36 +132,136 @@ impl Communicator<PluginDevice> for PluginComm {
     fn size(&self) -> usize {
         self.size
     }
-    fn all_reduce(&self, buf: DevicePtr, count: usize, dtype: DType, op: ReduceOp, stream: &PluginStream) -> Result<(), CommError> {
+    fn all_reduce(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "all_reduce")?, dtype_code(dtype)?);
-        comm_call!(self, all_reduce, "all_reduce", |f| f(self.raw, buf.0, count as u64, t, op_code(op), s))
+        comm_call!(self, all_reduce, "all_reduce", |f| f(
+            self.raw,
+            buf.0,
+            count as u64,
+            t,
+            op_code(op),
+            s
+        ))
     }
-    fn all_gather(&self, input: DevicePtr, output: DevicePtr, count: usize, dtype: DType, stream: &PluginStream) -> Result<(), CommError> {
+    fn all_gather(
+        &self,
+        input: DevicePtr,
+        output: DevicePtr,
+        count: usize,
+        dtype: DType,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "all_gather")?, dtype_code(dtype)?);
-        comm_call!(self, all_gather, "all_gather", |f| f(self.raw, input.0, output.0, count as u64, t, s))
+        comm_call!(self, all_gather, "all_gather", |f| f(
+            self.raw,
+            input.0,
+            output.0,
+            count as u64,
+            t,
+            s
+        ))
     }
-    fn reduce_scatter(&self, input: DevicePtr, output: DevicePtr, count: usize, dtype: DType, op: ReduceOp, stream: &PluginStream) -> Result<(), CommError> {
+    fn reduce_scatter(
+        &self,
+        input: DevicePtr,
+        output: DevicePtr,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "reduce_scatter")?, dtype_code(dtype)?);
-        comm_call!(self, reduce_scatter, "reduce_scatter", |f| f(self.raw, input.0, output.0, count as u64, t, op_code(op), s))
+        comm_call!(self, reduce_scatter, "reduce_scatter", |f| f(
+            self.raw,
+            input.0,
+            output.0,
+            count as u64,
+            t,
+            op_code(op),
+            s
+        ))
     }
-    fn all_to_all(&self, input: DevicePtr, output: DevicePtr, count: usize, dtype: DType, stream: &PluginStream) -> Result<(), CommError> {
+    fn all_to_all(
+        &self,
+        input: DevicePtr,
+        output: DevicePtr,
+        count: usize,
+        dtype: DType,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "all_to_all")?, dtype_code(dtype)?);
-        comm_call!(self, all_to_all, "all_to_all", |f| f(self.raw, input.0, output.0, count as u64, t, s))
+        comm_call!(self, all_to_all, "all_to_all", |f| f(
+            self.raw,
+            input.0,
+            output.0,
+            count as u64,
+            t,
+            s
+        ))
     }
-    fn broadcast(&self, buf: DevicePtr, count: usize, dtype: DType, root: usize, stream: &PluginStream) -> Result<(), CommError> {
+    fn broadcast(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "broadcast")?, dtype_code(dtype)?);
         let root = self.rank_arg(root, "broadcast", "root")?;
-        comm_call!(self, broadcast, "broadcast", |f| f(self.raw, buf.0, count as u64, t, root, s))
+        comm_call!(self, broadcast, "broadcast", |f| f(
+            self.raw,
+            buf.0,
+            count as u64,
+            t,
+            root,
+            s
+        ))
     }
-    fn send(&self, buf: DevicePtr, count: usize, dtype: DType, peer: usize, stream: &PluginStream) -> Result<(), CommError> {
+    fn send(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "send")?, dtype_code(dtype)?);
         let peer = self.rank_arg(peer, "send", "peer")?;
-        comm_call!(self, send, "send", |f| f(self.raw, buf.0, count as u64, t, peer, s))
+        comm_call!(self, send, "send", |f| f(
+            self.raw,
+            buf.0,
+            count as u64,
+            t,
+            peer,
+            s
+        ))
     }
-    fn recv(&self, buf: DevicePtr, count: usize, dtype: DType, peer: usize, stream: &PluginStream) -> Result<(), CommError> {
+    fn recv(
+        &self,
+        buf: DevicePtr,
+        count: usize,
+        dtype: DType,
+        peer: usize,
+        stream: &PluginStream,
+    ) -> Result<(), CommError> {
         let (s, t) = (self.stream(stream, "recv")?, dtype_code(dtype)?);
         let peer = self.rank_arg(peer, "recv", "peer")?;
-        comm_call!(self, recv, "recv", |f| f(self.raw, buf.0, count as u64, t, peer, s))
+        comm_call!(self, recv, "recv", |f| f(
+            self.raw,
+            buf.0,
+            count as u64,
+            t,
+            peer,
+            s
+        ))
     }
     fn group_start(&self) -> Result<(), CommError> {
         comm_call!(self, group_start, "group_start", |f| f(self.raw))
@@ -161,7 +273,10 @@ impl Communicator<PluginDevice> for PluginComm {
         let s = self.stream(stream, "barrier")?;
         comm_call!(self, barrier, "barrier", |f| f(self.raw, s))
     }
-    fn new_group(&self, ranks: &[usize]) -> Result<Option<Box<dyn Communicator<PluginDevice>>>, CommError> {
+    fn new_group(
+        &self,
+        ranks: &[usize],
+    ) -> Result<Option<Box<dyn Communicator<PluginDevice>>>, CommError> {
         let list = ranks
             .iter()
             .map(|&r| self.rank_arg(r, "new_group", "rank"))
@@ -178,7 +293,10 @@ impl Communicator<PluginDevice> for PluginComm {
         if out.is_null() {
             return Ok(None); // not a member
         }
-        Ok(Some(Box::new(PluginComm::from_raw(self.device.clone(), out)?)))
+        Ok(Some(Box::new(PluginComm::from_raw(
+            self.device.clone(),
+            out,
+        )?)))
     }
     fn async_error(&self) -> Option<CommError> {
         let p = self.device.plugin();

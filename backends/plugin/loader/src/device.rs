@@ -2,7 +2,6 @@
 //! the race-checking adaptor and the contract kits run on it unchanged.
 
 use std::ffi::c_void;
-use std::hash::{Hash, Hasher};
 use std::mem::size_of;
 use std::sync::Arc;
 
@@ -12,12 +11,13 @@ use memreuse_core::{
 };
 
 use crate::abi::{
-    MR_CAP_DETERMINISTIC_SCHEDULING, MR_CAP_EXACT_DELAYS, MR_CAP_GROUPING,
-    MR_CAP_MEMORY_CAPACITY, MR_CAP_NATIVE_RACE_DETECTION, MR_CAP_VIRTUAL_MEMORY,
-    MR_OPEN_DETERMINISTIC_SEED, MR_OPEN_MEMORY_CAPACITY, MR_OPEN_NO_NATIVE_RACE_DETECTION,
-    MrCapabilities, MrDevice, MrEvent, MrMemoryInfo, MrOpenOptions, MrRaceAccess, MrRaceReport,
-    MrStream,
+    MR_CAP_DETERMINISTIC_SCHEDULING, MR_CAP_EXACT_DELAYS, MR_CAP_GROUPING, MR_CAP_MEMORY_CAPACITY,
+    MR_CAP_NATIVE_RACE_DETECTION, MR_CAP_VIRTUAL_MEMORY, MR_OPEN_DETERMINISTIC_SEED,
+    MR_OPEN_MEMORY_CAPACITY, MR_OPEN_NO_NATIVE_RACE_DETECTION, MrCapabilities, MrDevice, MrEvent,
+    MrMemoryInfo, MrOpenOptions, MrRaceAccess, MrRaceReport, MrStream,
 };
+pub use crate::handles::{PluginEvent, PluginStream};
+use crate::handles::{DeviceInner, StreamInner};
 use crate::library::{Plugin, text};
 
 /// The plugin entry `$field`, or the Unsupported error for a NULL one (required entries are
@@ -32,104 +32,6 @@ macro_rules! entry {
 }
 pub(crate) use entry;
 
-/// The open device: closed when the last device, stream, event or communicator handle of it
-/// is dropped, after all of them (each holds this).
-pub(crate) struct DeviceInner {
-    pub(crate) plugin: Arc<Plugin>,
-    pub(crate) raw: *mut MrDevice,
-    index: usize,
-    capabilities: Capabilities,
-    pub(crate) grouping: bool,
-}
-
-// SAFETY: the header lets every device entry be called from any thread, concurrently.
-unsafe impl Send for DeviceInner {}
-// SAFETY: as for Send.
-unsafe impl Sync for DeviceInner {}
-
-impl Drop for DeviceInner {
-    fn drop(&mut self) {
-        if let Some(close) = self.plugin.api.device_close {
-            // SAFETY: `raw` came from device_open/world_open; every stream, event and
-            // communicator of it held this and is gone, so this is its one close.
-            unsafe { close(self.raw) };
-        }
-    }
-}
-
-struct StreamInner {
-    raw: *mut MrStream,
-    id: StreamId,
-    device: *mut MrDevice,
-    /// Created streams keep their device open and are destroyed on drop; the default
-    /// stream belongs to the device and has `None`.
-    owner: Option<Arc<DeviceInner>>,
-}
-
-// SAFETY: stream handles may be used from any thread (header threading rules).
-unsafe impl Send for StreamInner {}
-// SAFETY: as for Send.
-unsafe impl Sync for StreamInner {}
-
-impl Drop for StreamInner {
-    fn drop(&mut self) {
-        if let Some(owner) = &self.owner
-            && let Some(destroy) = owner.plugin.api.stream_destroy
-        {
-            // SAFETY: a stream from stream_create of this device, destroyed once, by its
-            // last handle.
-            unsafe { destroy(owner.raw, self.raw) };
-        }
-    }
-}
-
-/// A stream of a plugin device. Clones are handles to the same stream.
-#[derive(Clone)]
-pub struct PluginStream(Arc<StreamInner>);
-
-impl PartialEq for PluginStream {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.device == other.0.device && self.0.raw == other.0.raw
-    }
-}
-impl Eq for PluginStream {}
-impl Hash for PluginStream {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.id.hash(state);
-    }
-}
-impl std::fmt::Debug for PluginStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PluginStream({})", self.0.id)
-    }
-}
-
-/// An event of a plugin device, destroyed on drop.
-pub struct PluginEvent {
-    device: Arc<DeviceInner>,
-    raw: *mut MrEvent,
-}
-
-// SAFETY: event handles may be used from any thread (header threading rules).
-unsafe impl Send for PluginEvent {}
-// SAFETY: as for Send.
-unsafe impl Sync for PluginEvent {}
-
-impl Drop for PluginEvent {
-    fn drop(&mut self) {
-        if let Some(destroy) = self.device.plugin.api.event_destroy {
-            // SAFETY: an event from event_create of this device, destroyed once.
-            unsafe { destroy(self.device.raw, self.raw) };
-        }
-    }
-}
-
-impl std::fmt::Debug for PluginEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PluginEvent")
-    }
-}
-
 /// One device of a loaded plugin.
 #[derive(Clone)]
 pub struct PluginDevice {
@@ -139,7 +41,11 @@ pub struct PluginDevice {
 
 impl std::fmt::Debug for PluginDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PluginDevice({}:{})", self.inner.plugin.name, self.inner.index)
+        write!(
+            f,
+            "PluginDevice({}:{})",
+            self.inner.plugin.name, self.inner.index
+        )
     }
 }
 
@@ -262,7 +168,11 @@ impl PluginDevice {
         }
     }
 
-    fn raw_event(&self, event: &PluginEvent, call: &'static str) -> Result<*mut MrEvent, BackendError> {
+    fn raw_event(
+        &self,
+        event: &PluginEvent,
+        call: &'static str,
+    ) -> Result<*mut MrEvent, BackendError> {
         if event.device.raw == self.inner.raw {
             Ok(event.raw)
         } else {
@@ -393,7 +303,10 @@ impl Backend for PluginDevice {
     fn record_event(&self, event: &PluginEvent, stream: &PluginStream) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, event_record);
-        let (e, s) = (self.raw_event(event, "record_event")?, self.raw_stream(stream, "record_event")?);
+        let (e, s) = (
+            self.raw_event(event, "record_event")?,
+            self.raw_stream(stream, "record_event")?,
+        );
         // SAFETY: live device, its own event and stream.
         p.check(unsafe { f(self.inner.raw, e, s) }, "event_record")
     }
@@ -403,7 +316,10 @@ impl Backend for PluginDevice {
         let e = self.raw_event(event, "query_event")?;
         let mut done = 0i32;
         // SAFETY: live device, its own event, an out-pointer.
-        p.check(unsafe { f(self.inner.raw, e, &raw mut done) }, "event_query")?;
+        p.check(
+            unsafe { f(self.inner.raw, e, &raw mut done) },
+            "event_query",
+        )?;
         Ok(done != 0)
     }
     fn synchronize_event(&self, event: &PluginEvent) -> Result<(), BackendError> {
@@ -413,7 +329,11 @@ impl Backend for PluginDevice {
         // SAFETY: live device, its own event.
         p.check(unsafe { f(self.inner.raw, e) }, "event_synchronize")
     }
-    fn stream_wait_event(&self, stream: &PluginStream, event: &PluginEvent) -> Result<(), BackendError> {
+    fn stream_wait_event(
+        &self,
+        stream: &PluginStream,
+        event: &PluginEvent,
+    ) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, stream_wait_event);
         let (s, e) = (
@@ -436,37 +356,77 @@ impl Backend for PluginDevice {
         // SAFETY: live device.
         p.check(unsafe { f(self.inner.raw) }, "device_synchronize")
     }
-    fn memset_zero(&self, ptr: DevicePtr, bytes: u64, stream: &PluginStream) -> Result<(), BackendError> {
+    fn memset_zero(
+        &self,
+        ptr: DevicePtr,
+        bytes: u64,
+        stream: &PluginStream,
+    ) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, memset_zero);
         let s = self.raw_stream(stream, "memset_zero")?;
         // SAFETY: live device, its own stream; the plugin checks the range.
         p.check(unsafe { f(self.inner.raw, ptr.0, bytes, s) }, "memset_zero")
     }
-    fn copy_host_to_device(&self, dst: DevicePtr, src: &[u8], stream: &PluginStream) -> Result<(), BackendError> {
+    fn copy_host_to_device(
+        &self,
+        dst: DevicePtr,
+        src: &[u8],
+        stream: &PluginStream,
+    ) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, copy_host_to_device);
         let s = self.raw_stream(stream, "copy_host_to_device")?;
         // SAFETY: `src` is valid for its length for the call, which stages it before
         // returning (header rule); the plugin checks the device range.
-        let status = unsafe { f(self.inner.raw, dst.0, src.as_ptr().cast::<c_void>(), src.len(), s) };
+        let status = unsafe {
+            f(
+                self.inner.raw,
+                dst.0,
+                src.as_ptr().cast::<c_void>(),
+                src.len(),
+                s,
+            )
+        };
         p.check(status, "copy_host_to_device")
     }
-    fn copy_device_to_host(&self, dst: &mut [u8], src: DevicePtr, stream: &PluginStream) -> Result<(), BackendError> {
+    fn copy_device_to_host(
+        &self,
+        dst: &mut [u8],
+        src: DevicePtr,
+        stream: &PluginStream,
+    ) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, copy_device_to_host);
         let s = self.raw_stream(stream, "copy_device_to_host")?;
         // SAFETY: `dst` is writable for its length and the call blocks until the bytes are
         // written (header rule), so nothing writes it after we return.
-        let status = unsafe { f(self.inner.raw, dst.as_mut_ptr().cast::<c_void>(), src.0, dst.len(), s) };
+        let status = unsafe {
+            f(
+                self.inner.raw,
+                dst.as_mut_ptr().cast::<c_void>(),
+                src.0,
+                dst.len(),
+                s,
+            )
+        };
         p.check(status, "copy_device_to_host")
     }
-    fn copy_device_to_device(&self, dst: DevicePtr, src: DevicePtr, bytes: u64, stream: &PluginStream) -> Result<(), BackendError> {
+    fn copy_device_to_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: u64,
+        stream: &PluginStream,
+    ) -> Result<(), BackendError> {
         let p = self.plugin();
         let f = entry!(p, copy_device_to_device);
         let s = self.raw_stream(stream, "copy_device_to_device")?;
         // SAFETY: live device, its own stream; the plugin checks both ranges.
-        p.check(unsafe { f(self.inner.raw, dst.0, src.0, bytes, s) }, "copy_device_to_device")
+        p.check(
+            unsafe { f(self.inner.raw, dst.0, src.0, bytes, s) },
+            "copy_device_to_device",
+        )
     }
     fn delay(&self, micros: u64, stream: &PluginStream) -> Result<(), BackendError> {
         let p = self.plugin();
@@ -511,7 +471,11 @@ impl Backend for PluginDevice {
                 break;
             }
             out.push(RaceReport {
-                kind: if r.kind == 0 { RaceKind::Schedule } else { RaceKind::Reuse },
+                kind: if r.kind == 0 {
+                    RaceKind::Schedule
+                } else {
+                    RaceKind::Reuse
+                },
                 range: r.range_start..r.range_end,
                 earlier: race_access(&r.earlier),
                 later: race_access(&r.later),
@@ -559,7 +523,10 @@ impl Backend for PluginDevice {
         let p = self.plugin();
         let f = entry!(p, vm_release_physical);
         // SAFETY: live device; the plugin checks the handle.
-        p.check(unsafe { f(self.inner.raw, handle.0) }, "vm_release_physical")
+        p.check(
+            unsafe { f(self.inner.raw, handle.0) },
+            "vm_release_physical",
+        )
     }
     fn vm_map(&self, at: DevicePtr, handle: PhysicalHandle) -> Result<(), BackendError> {
         let p = self.plugin();

@@ -27,6 +27,7 @@ pub mod abi;
 mod comm;
 mod device;
 mod error;
+mod handles;
 mod library;
 mod register;
 mod status;
@@ -37,8 +38,8 @@ pub use device::{PluginDevice, PluginEvent, PluginStream};
 pub use error::{AbiVersion, HOST_ABI, PluginError};
 pub use library::{Plugin, load};
 pub use register::{
-    LoadedPlugin, PLUGIN_PREFIX, PLUGINS_VAR, ensure_registered, loaded_plugins,
-    parse_plugin_list, register_from_env, register_named, resolve,
+    LoadedPlugin, PLUGIN_PREFIX, PLUGINS_VAR, ensure_registered, loaded_plugins, parse_plugin_list,
+    register_from_env, register_named, resolve,
 };
 pub use status::status_name;
 pub use world::{PluginRank, open_plugin_world};

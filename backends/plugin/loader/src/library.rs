@@ -40,7 +40,13 @@ unsafe impl Sync for Plugin {}
 
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Plugin({} ABI {} from {})", self.name, self.version, self.path.display())
+        write!(
+            f,
+            "Plugin({} ABI {} from {})",
+            self.name,
+            self.version,
+            self.path.display()
+        )
     }
 }
 
@@ -58,10 +64,28 @@ fn required(api: &MrBackendApi) -> Vec<(&'static str, usize, bool)> {
         ($($f:ident),*) => { vec![$((stringify!($f), end_of!($f), api.$f.is_some())),*] };
     }
     req!(
-        last_error, device_count, device_open, device_close, memory_info, malloc, free,
-        default_stream, stream_create, stream_destroy, stream_id, event_create, event_destroy,
-        event_record, event_query, event_synchronize, stream_wait_event, stream_synchronize,
-        device_synchronize, memset_zero, copy_host_to_device, copy_device_to_host,
+        last_error,
+        device_count,
+        device_open,
+        device_close,
+        memory_info,
+        malloc,
+        free,
+        default_stream,
+        stream_create,
+        stream_destroy,
+        stream_id,
+        event_create,
+        event_destroy,
+        event_record,
+        event_query,
+        event_synchronize,
+        stream_wait_event,
+        stream_synchronize,
+        device_synchronize,
+        memset_zero,
+        copy_host_to_device,
+        copy_device_to_host,
         copy_device_to_device
     )
 }
@@ -72,8 +96,18 @@ fn required_comm(api: &MrBackendApi) -> Vec<(&'static str, usize, bool)> {
         ($($f:ident),*) => { vec![$((stringify!($f), end_of!($f), api.$f.is_some())),*] };
     }
     req!(
-        comm_rank_size, comm_new_group, comm_destroy, comm_abort, comm_async_error, all_reduce,
-        all_gather, reduce_scatter, all_to_all, broadcast, send, recv
+        comm_rank_size,
+        comm_new_group,
+        comm_destroy,
+        comm_abort,
+        comm_async_error,
+        all_reduce,
+        all_gather,
+        reduce_scatter,
+        all_to_all,
+        broadcast,
+        send,
+        recv
     )
 }
 
@@ -228,7 +262,9 @@ fn other_major(path: &Path, lib: &libloading::Library) -> PluginError {
                 path: path.to_owned(),
                 plugin: AbiVersion { major, minor: 0 },
                 host: HOST_ABI,
-                via: format!("; only {name} is exported, this host needs memreuse_backend_v{ABI_MAJOR}"),
+                via: format!(
+                    "; only {name} is exported, this host needs memreuse_backend_v{ABI_MAJOR}"
+                ),
             };
         }
     }

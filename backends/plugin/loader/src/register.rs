@@ -52,7 +52,10 @@ pub fn register_named(name: &str, path: &Path) -> Result<LoadedPlugin, PluginErr
         } else {
             Err(PluginError::Register {
                 path: path.to_owned(),
-                reason: format!("the name `{name}` is already given to plugin {}", done.path.display()),
+                reason: format!(
+                    "the name `{name}` is already given to plugin {}",
+                    done.path.display()
+                ),
             })
         };
     }
@@ -115,7 +118,8 @@ pub fn resolve(name: &str) -> Result<Option<LoadedPlugin>, PluginError> {
     if path.is_empty() {
         return Err(PluginError::Spec {
             what: format!("backend `{name}`"),
-            reason: "give the plugin's file after `plugin:` (plugin:./libmemreuse_host.so)".to_owned(),
+            reason: "give the plugin's file after `plugin:` (plugin:./libmemreuse_host.so)"
+                .to_owned(),
         });
     }
     register_named(name, Path::new(path)).map(Some)
@@ -133,10 +137,15 @@ pub fn parse_plugin_list(text: &str) -> Result<Vec<(String, PathBuf)>, PluginErr
     let mut raw_entries = Vec::new();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => match chars.next() {
-                Some(e @ (',' | '\\')) => current.push(e),
-                _ => return Err(bad("`\\` must be followed by `,` or `\\` (write `\\,` for a comma in a path)".to_owned())),
-            },
+            '\\' => {
+                match chars.next() {
+                    Some(e @ (',' | '\\')) => current.push(e),
+                    _ => return Err(bad(
+                        "`\\` must be followed by `,` or `\\` (write `\\,` for a comma in a path)"
+                            .to_owned(),
+                    )),
+                }
+            }
             ',' => raw_entries.push(std::mem::take(&mut current)),
             c => current.push(c),
         }
@@ -151,7 +160,9 @@ pub fn parse_plugin_list(text: &str) -> Result<Vec<(String, PathBuf)>, PluginErr
         };
         let name = name.trim();
         if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == ':') {
-            return Err(bad(format!("name {name:?} must be non-empty without whitespace or `:`")));
+            return Err(bad(format!(
+                "name {name:?} must be non-empty without whitespace or `:`"
+            )));
         }
         if path.is_empty() {
             return Err(bad(format!("plugin `{name}` has an empty path")));

@@ -4,8 +4,7 @@ use memreuse_core::{BackendError, CommError};
 
 use crate::abi::{
     MR_ERR_ABORTED, MR_ERR_DEVICE, MR_ERR_DEVICE_LOST, MR_ERR_INTERNAL, MR_ERR_INVALID_ARGUMENT,
-    MR_ERR_OUT_OF_MEMORY, MR_ERR_TIMEOUT, MR_ERR_UNAVAILABLE, MR_ERR_UNSUPPORTED, MR_OK,
-    MrStatus,
+    MR_ERR_OUT_OF_MEMORY, MR_ERR_TIMEOUT, MR_ERR_UNAVAILABLE, MR_ERR_UNSUPPORTED, MR_OK, MrStatus,
 };
 use crate::library::{Plugin, text};
 

@@ -118,7 +118,10 @@ fn by_init_rank(
     let mut id = [0u8; MR_UNIQUE_ID_MAX];
     let mut len = 0usize;
     // SAFETY: a buffer of MR_UNIQUE_ID_MAX bytes and a length out-pointer.
-    plugin.check(unsafe { unique_id(id.as_mut_ptr(), id.len(), &raw mut len) }, "comm_unique_id")?;
+    plugin.check(
+        unsafe { unique_id(id.as_mut_ptr(), id.len(), &raw mut len) },
+        "comm_unique_id",
+    )?;
     if len == 0 || len > MR_UNIQUE_ID_MAX {
         return Err(plugin.null_handle("comm_unique_id"));
     }
@@ -144,7 +147,15 @@ fn by_init_rank(
                     let mut c: *mut MrComm = std::ptr::null_mut();
                     // SAFETY: a live device, the id bytes, an out-pointer.
                     let status = unsafe {
-                        init(dev.inner.raw, id.as_ptr(), id.len(), n as u32, r as u32, timeout_ms, &raw mut c)
+                        init(
+                            dev.inner.raw,
+                            id.as_ptr(),
+                            id.len(),
+                            n as u32,
+                            r as u32,
+                            timeout_ms,
+                            &raw mut c,
+                        )
                     };
                     plugin.check(status, "comm_init_rank")?;
                     if c.is_null() {
@@ -176,15 +187,18 @@ pub(crate) fn open_endpoints(
     plugin: &Arc<Plugin>,
     options: &WorldOptions,
 ) -> Result<Vec<RankEndpoint>, BackendError> {
-    Ok(
-        open_plugin_world(plugin, options.world_size, &options.backend, options.timeout)?
-            .into_iter()
-            .enumerate()
-            .map(|(rank, (device, comm))| RankEndpoint {
-                rank,
-                backend: AnyBackend::new(device),
-                communicator: Box::new(ErasedCommunicator::<PluginDevice>::new(Box::new(comm))),
-            })
-            .collect(),
-    )
+    Ok(open_plugin_world(
+        plugin,
+        options.world_size,
+        &options.backend,
+        options.timeout,
+    )?
+    .into_iter()
+    .enumerate()
+    .map(|(rank, (device, comm))| RankEndpoint {
+        rank,
+        backend: AnyBackend::new(device),
+        communicator: Box::new(ErasedCommunicator::<PluginDevice>::new(Box::new(comm))),
+    })
+    .collect())
 }

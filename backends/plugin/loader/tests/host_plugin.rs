@@ -49,10 +49,12 @@ fn the_device_contract_holds_through_the_loader() {
 fn the_communicator_contract_holds_through_the_loader() {
     let p = plugin();
     let open = |n: usize, timeout: Duration| -> Result<Vec<Rank<PluginDevice>>, BackendError> {
-        Ok(open_plugin_world(&p, n, &BackendOptions::default(), timeout)?
-            .into_iter()
-            .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<PluginDevice>>))
-            .collect())
+        Ok(
+            open_plugin_world(&p, n, &BackendOptions::default(), timeout)?
+                .into_iter()
+                .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<PluginDevice>>))
+                .collect(),
+        )
     };
     let report = check_communicator(
         &open,
@@ -87,19 +89,27 @@ fn a_process_group_all_reduces_in_every_mode() {
                         let current = device.default_stream();
                         let t = allocator.allocate(16, &current).expect("allocate");
                         let rank = pg.rank() as f32 + 1.0;
-                        let bytes: Vec<u8> = [rank; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
-                        device.copy_host_to_device(t.ptr(), &bytes, &current).expect("upload");
+                        let bytes: Vec<u8> =
+                            [rank; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+                        device
+                            .copy_host_to_device(t.ptr(), &bytes, &current)
+                            .expect("upload");
                         pg.all_reduce(&t, ReduceOp::Sum, &current, true)
                             .expect("enqueue")
                             .wait(&current)
                             .expect("wait");
                         let mut out = vec![0u8; 16];
-                        device.copy_device_to_host(&mut out, t.ptr(), &current).expect("download");
+                        device
+                            .copy_device_to_host(&mut out, t.ptr(), &current)
+                            .expect("download");
                         out
                     })
                 })
                 .collect();
-            threads.into_iter().map(|t| t.join().expect("rank thread")).collect()
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("rank thread"))
+                .collect()
         });
         let three: Vec<u8> = [3.0f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(sums, vec![three.clone(), three], "mode {mode}");

@@ -49,10 +49,17 @@ fn a_newer_minor_loads_and_its_tail_is_ignored() {
 #[test]
 fn a_wrong_major_is_a_typed_error_naming_both_versions() {
     let d = dir();
-    let so = common::variant(d.path(), "major2", "memreuse_backend_v1", "t.abi_major = 2;");
+    let so = common::variant(
+        d.path(),
+        "major2",
+        "memreuse_backend_v1",
+        "t.abi_major = 2;",
+    );
     let err = load(&so).expect_err("major 2 is refused");
     match &err {
-        PluginError::WrongMajor { path, plugin, host, .. } => {
+        PluginError::WrongMajor {
+            path, plugin, host, ..
+        } => {
             assert_eq!(path, &so);
             assert_eq!(plugin.major, 2);
             assert_eq!(*host, HOST_ABI);
@@ -60,22 +67,39 @@ fn a_wrong_major_is_a_typed_error_naming_both_versions() {
         other => panic!("expected WrongMajor, got {other:?}"),
     }
     let text = err.to_string();
-    assert!(text.contains("ABI 2.1") && text.contains("host's ABI 1.1"), "{text}");
+    assert!(
+        text.contains("ABI 2.1") && text.contains("host's ABI 1.1"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_library_exporting_only_a_newer_major_entry_says_so() {
     let d = dir();
-    let so = common::variant(d.path(), "v2only", "memreuse_backend_v2", "t.abi_major = 2;");
+    let so = common::variant(
+        d.path(),
+        "v2only",
+        "memreuse_backend_v2",
+        "t.abi_major = 2;",
+    );
     let err = load(&so).expect_err("no v1 entry");
     assert!(matches!(err, PluginError::WrongMajor { .. }), "{err:?}");
-    assert!(err.to_string().contains("only memreuse_backend_v2 is exported"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("only memreuse_backend_v2 is exported"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_missing_required_entry_is_named() {
     let d = dir();
-    let so = common::variant(d.path(), "nomalloc", "memreuse_backend_v1", "t.malloc = NULL;");
+    let so = common::variant(
+        d.path(),
+        "nomalloc",
+        "memreuse_backend_v1",
+        "t.malloc = NULL;",
+    );
     let err = load(&so).expect_err("malloc is required");
     assert_eq!(
         err,
@@ -88,7 +112,10 @@ fn a_missing_required_entry_is_named() {
     );
     let so = common::variant(d.path(), "nosend", "memreuse_backend_v1", "t.send = NULL;");
     let err = load(&so).expect_err("a plugin with communicators needs send");
-    assert!(matches!(err, PluginError::MissingEntry { field: "send", .. }), "{err:?}");
+    assert!(
+        matches!(err, PluginError::MissingEntry { field: "send", .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -101,9 +128,14 @@ fn a_device_only_plugin_needs_no_communicator_entries() {
         "t.world_open = NULL; t.send = NULL; t.all_reduce = NULL;",
     );
     let p = Arc::new(load(&so).expect("device-only plugins load"));
-    let err = memreuse_plugin::open_plugin_world(&p, 2, &BackendOptions::default(), std::time::Duration::from_secs(1))
-        .err()
-        .expect("no world");
+    let err = memreuse_plugin::open_plugin_world(
+        &p,
+        2,
+        &BackendOptions::default(),
+        std::time::Duration::from_secs(1),
+    )
+    .err()
+    .expect("no world");
     assert!(matches!(err, BackendError::Unavailable { .. }), "{err:?}");
 }
 
@@ -118,7 +150,13 @@ fn a_table_too_small_for_the_required_entries_names_the_field() {
     );
     let err = load(&so).expect_err("too small");
     assert!(
-        matches!(err, PluginError::TooSmall { field: "device_close", .. }),
+        matches!(
+            err,
+            PluginError::TooSmall {
+                field: "device_close",
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -126,10 +164,23 @@ fn a_table_too_small_for_the_required_entries_names_the_field() {
 #[test]
 fn garbage_sizes_and_null_tables_are_refused() {
     let d = dir();
-    let so = common::variant(d.path(), "tiny", "memreuse_backend_v1", "t.struct_size = 3;");
+    let so = common::variant(
+        d.path(),
+        "tiny",
+        "memreuse_backend_v1",
+        "t.struct_size = 3;",
+    );
     let err = load(&so).expect_err("3 bytes");
-    assert!(matches!(err, PluginError::BadSize { struct_size: 3, .. }), "{err:?}");
-    let so = common::variant(d.path(), "huge", "memreuse_backend_v1", "t.struct_size = (size_t)-1;");
+    assert!(
+        matches!(err, PluginError::BadSize { struct_size: 3, .. }),
+        "{err:?}"
+    );
+    let so = common::variant(
+        d.path(),
+        "huge",
+        "memreuse_backend_v1",
+        "t.struct_size = (size_t)-1;",
+    );
     assert!(matches!(load(&so), Err(PluginError::BadSize { .. })));
     let so = common::compile(
         d.path(),
@@ -170,7 +221,11 @@ fn files_that_are_no_plugin_are_typed_errors_naming_the_file() {
     let err = load(&text).expect_err("not ELF");
     assert!(matches!(err, PluginError::Open { .. }), "{err:?}");
     assert!(err.to_string().contains("notelf.so"), "{err}");
-    let so = common::compile(d.path(), "nosymbol", "int memreuse_something_else(void);\nint memreuse_something_else(void) { return 1; }\n");
+    let so = common::compile(
+        d.path(),
+        "nosymbol",
+        "int memreuse_something_else(void);\nint memreuse_something_else(void) { return 1; }\n",
+    );
     assert!(matches!(load(&so), Err(PluginError::NoEntry { .. })));
 }
 

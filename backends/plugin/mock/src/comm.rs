@@ -37,7 +37,10 @@ fn dtype(code: MrDType) -> Result<DType, MrStatus> {
             MR_ERR_UNSUPPORTED,
             format!("element type code {c}: the mock communicates f32 only"),
         )),
-        c => Err(fail(MR_ERR_INVALID_ARGUMENT, format!("element type code {c} is not an ABI 1 code"))),
+        c => Err(fail(
+            MR_ERR_INVALID_ARGUMENT,
+            format!("element type code {c} is not an ABI 1 code"),
+        )),
     }
 }
 
@@ -50,7 +53,10 @@ fn reduce_op(code: MrReduceOp) -> Result<ReduceOp, MrStatus> {
             MR_ERR_UNSUPPORTED,
             format!("reduction code {code}: the mock reduces with sum, max and min"),
         )),
-        c => Err(fail(MR_ERR_INVALID_ARGUMENT, format!("reduction code {c} is not an ABI 1 code"))),
+        c => Err(fail(
+            MR_ERR_INVALID_ARGUMENT,
+            format!("reduction code {c} is not an ABI 1 code"),
+        )),
     }
 }
 
@@ -86,7 +92,11 @@ macro_rules! code {
     };
 }
 
-pub(crate) unsafe extern "C" fn world_open(o: *const MrWorldOptions, devices: *mut *mut MrDevice, comms: *mut *mut MrComm) -> MrStatus {
+pub(crate) unsafe extern "C" fn world_open(
+    o: *const MrWorldOptions,
+    devices: *mut *mut MrDevice,
+    comms: *mut *mut MrComm,
+) -> MrStatus {
     guard("world_open", || {
         // SAFETY: the host passes its options struct (or NULL, refused).
         let Some(o) = (unsafe { o.as_ref() }) else {
@@ -116,7 +126,11 @@ pub(crate) unsafe extern "C" fn world_open(o: *const MrWorldOptions, devices: *m
     })
 }
 
-pub(crate) unsafe extern "C" fn comm_rank_size(c: *mut MrComm, rank: *mut u32, size: *mut u32) -> MrStatus {
+pub(crate) unsafe extern "C" fn comm_rank_size(
+    c: *mut MrComm,
+    rank: *mut u32,
+    size: *mut u32,
+) -> MrStatus {
     on_comm!("comm_rank_size", c, |cm| {
         if rank.is_null() || size.is_null() {
             return null_argument("comm_rank_size");
@@ -130,17 +144,31 @@ pub(crate) unsafe extern "C" fn comm_rank_size(c: *mut MrComm, rank: *mut u32, s
     })
 }
 
-pub(crate) unsafe extern "C" fn comm_new_group(c: *mut MrComm, ranks: *const u32, n: usize, out: *mut *mut MrComm) -> MrStatus {
+pub(crate) unsafe extern "C" fn comm_new_group(
+    c: *mut MrComm,
+    ranks: *const u32,
+    n: usize,
+    out: *mut *mut MrComm,
+) -> MrStatus {
     on_comm!("comm_new_group", c, |cm| {
         if (ranks.is_null() && n > 0) || out.is_null() {
             return null_argument("comm_new_group");
         }
         // SAFETY: the host's array of `n` ranks.
-        let list: Vec<usize> = unsafe { std::slice::from_raw_parts(ranks, n) }.iter().map(|&r| r as usize).collect();
+        let list: Vec<usize> = unsafe { std::slice::from_raw_parts(ranks, n) }
+            .iter()
+            .map(|&r| r as usize)
+            .collect();
         match cm.inner.new_group(&list) {
             // SAFETY (both arms): the host's out-pointer.
-            Ok(Some(g)) => unsafe { out.write(into_raw(g)); MR_OK },
-            Ok(None) => unsafe { out.write(std::ptr::null_mut()); MR_OK },
+            Ok(Some(g)) => unsafe {
+                out.write(into_raw(g));
+                MR_OK
+            },
+            Ok(None) => unsafe {
+                out.write(std::ptr::null_mut());
+                MR_OK
+            },
             Err(e) => comm_done(Err(e)),
         }
     })
@@ -170,47 +198,124 @@ pub(crate) unsafe extern "C" fn comm_async_error(c: *mut MrComm) -> MrStatus {
     })
 }
 
-pub(crate) unsafe extern "C" fn all_reduce(c: *mut MrComm, buf: u64, n: u64, t: MrDType, op: MrReduceOp, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn all_reduce(
+    c: *mut MrComm,
+    buf: u64,
+    n: u64,
+    t: MrDType,
+    op: MrReduceOp,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("all_reduce", c, s, |cm, st| {
         let (t, op) = (code!(dtype(t)), code!(reduce_op(op)));
         comm_done(cm.inner.all_reduce(DevicePtr(buf), n as usize, t, op, st))
     })
 }
 
-pub(crate) unsafe extern "C" fn all_gather(c: *mut MrComm, i: u64, o: u64, n: u64, t: MrDType, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn all_gather(
+    c: *mut MrComm,
+    i: u64,
+    o: u64,
+    n: u64,
+    t: MrDType,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("all_gather", c, s, |cm, st| {
-        comm_done(cm.inner.all_gather(DevicePtr(i), DevicePtr(o), n as usize, code!(dtype(t)), st))
+        comm_done(
+            cm.inner
+                .all_gather(DevicePtr(i), DevicePtr(o), n as usize, code!(dtype(t)), st),
+        )
     })
 }
 
-pub(crate) unsafe extern "C" fn reduce_scatter(c: *mut MrComm, i: u64, o: u64, n: u64, t: MrDType, op: MrReduceOp, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn reduce_scatter(
+    c: *mut MrComm,
+    i: u64,
+    o: u64,
+    n: u64,
+    t: MrDType,
+    op: MrReduceOp,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("reduce_scatter", c, s, |cm, st| {
         let (t, op) = (code!(dtype(t)), code!(reduce_op(op)));
-        comm_done(cm.inner.reduce_scatter(DevicePtr(i), DevicePtr(o), n as usize, t, op, st))
+        comm_done(
+            cm.inner
+                .reduce_scatter(DevicePtr(i), DevicePtr(o), n as usize, t, op, st),
+        )
     })
 }
 
-pub(crate) unsafe extern "C" fn all_to_all(c: *mut MrComm, i: u64, o: u64, n: u64, t: MrDType, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn all_to_all(
+    c: *mut MrComm,
+    i: u64,
+    o: u64,
+    n: u64,
+    t: MrDType,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("all_to_all", c, s, |cm, st| {
-        comm_done(cm.inner.all_to_all(DevicePtr(i), DevicePtr(o), n as usize, code!(dtype(t)), st))
+        comm_done(
+            cm.inner
+                .all_to_all(DevicePtr(i), DevicePtr(o), n as usize, code!(dtype(t)), st),
+        )
     })
 }
 
-pub(crate) unsafe extern "C" fn broadcast(c: *mut MrComm, buf: u64, n: u64, t: MrDType, root: u32, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn broadcast(
+    c: *mut MrComm,
+    buf: u64,
+    n: u64,
+    t: MrDType,
+    root: u32,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("broadcast", c, s, |cm, st| {
-        comm_done(cm.inner.broadcast(DevicePtr(buf), n as usize, code!(dtype(t)), root as usize, st))
+        comm_done(cm.inner.broadcast(
+            DevicePtr(buf),
+            n as usize,
+            code!(dtype(t)),
+            root as usize,
+            st,
+        ))
     })
 }
 
-pub(crate) unsafe extern "C" fn send(c: *mut MrComm, buf: u64, n: u64, t: MrDType, peer: u32, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn send(
+    c: *mut MrComm,
+    buf: u64,
+    n: u64,
+    t: MrDType,
+    peer: u32,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("send", c, s, |cm, st| {
-        comm_done(cm.inner.send(DevicePtr(buf), n as usize, code!(dtype(t)), peer as usize, st))
+        comm_done(cm.inner.send(
+            DevicePtr(buf),
+            n as usize,
+            code!(dtype(t)),
+            peer as usize,
+            st,
+        ))
     })
 }
 
-pub(crate) unsafe extern "C" fn recv(c: *mut MrComm, buf: u64, n: u64, t: MrDType, peer: u32, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn recv(
+    c: *mut MrComm,
+    buf: u64,
+    n: u64,
+    t: MrDType,
+    peer: u32,
+    s: *mut MrStream,
+) -> MrStatus {
     on_comm!("recv", c, s, |cm, st| {
-        comm_done(cm.inner.recv(DevicePtr(buf), n as usize, code!(dtype(t)), peer as usize, st))
+        comm_done(cm.inner.recv(
+            DevicePtr(buf),
+            n as usize,
+            code!(dtype(t)),
+            peer as usize,
+            st,
+        ))
     })
 }
 

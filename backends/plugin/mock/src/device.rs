@@ -9,11 +9,11 @@ use std::ffi::{c_char, c_void};
 use memreuse_core::{AllocationId, Backend, DevicePtr, PhysicalHandle, RaceKind, RaceReport};
 use memreuse_mock::{DEFAULT_CAPACITY, MockConfig, MockDevice, MockEvent, MockStream};
 use memreuse_plugin::abi::{
-    MR_CAP_DETERMINISTIC_SCHEDULING, MR_CAP_EXACT_DELAYS, MR_CAP_GROUPING,
-    MR_CAP_MEMORY_CAPACITY, MR_CAP_NATIVE_RACE_DETECTION, MR_CAP_VIRTUAL_MEMORY,
-    MR_ERR_INVALID_ARGUMENT, MR_OK, MR_OPEN_DETERMINISTIC_SEED, MR_OPEN_MEMORY_CAPACITY,
-    MR_OPEN_NO_NATIVE_RACE_DETECTION, MrCapabilities, MrDevice, MrEvent, MrMemoryInfo,
-    MrOpenOptions, MrRaceAccess, MrRaceReport, MrStatus, MrStream,
+    MR_CAP_DETERMINISTIC_SCHEDULING, MR_CAP_EXACT_DELAYS, MR_CAP_GROUPING, MR_CAP_MEMORY_CAPACITY,
+    MR_CAP_NATIVE_RACE_DETECTION, MR_CAP_VIRTUAL_MEMORY, MR_ERR_INVALID_ARGUMENT, MR_OK,
+    MR_OPEN_DETERMINISTIC_SEED, MR_OPEN_MEMORY_CAPACITY, MR_OPEN_NO_NATIVE_RACE_DETECTION,
+    MrCapabilities, MrDevice, MrEvent, MrMemoryInfo, MrOpenOptions, MrRaceAccess, MrRaceReport,
+    MrStatus, MrStream,
 };
 use parking_lot::Mutex;
 
@@ -50,7 +50,8 @@ pub(crate) fn config(o: &MrOpenOptions) -> MockConfig {
         } else {
             DEFAULT_CAPACITY
         },
-        deterministic_seed: (o.flags & MR_OPEN_DETERMINISTIC_SEED != 0).then_some(o.deterministic_seed),
+        deterministic_seed: (o.flags & MR_OPEN_DETERMINISTIC_SEED != 0)
+            .then_some(o.deterministic_seed),
         first_device_index: o.device as usize,
         race_detection: o.flags & MR_OPEN_NO_NATIVE_RACE_DETECTION == 0,
         ..MockConfig::default()
@@ -138,17 +139,25 @@ macro_rules! out {
 }
 
 pub(crate) unsafe extern "C" fn device_count(count: *mut usize) -> MrStatus {
-    guard("device_count", || out!("device_count", count, MOCK_DEVICE_COUNT))
+    guard("device_count", || {
+        out!("device_count", count, MOCK_DEVICE_COUNT)
+    })
 }
 
-pub(crate) unsafe extern "C" fn device_open(o: *const MrOpenOptions, d: *mut *mut MrDevice) -> MrStatus {
+pub(crate) unsafe extern "C" fn device_open(
+    o: *const MrOpenOptions,
+    d: *mut *mut MrDevice,
+) -> MrStatus {
     guard("device_open", || {
         // SAFETY: the host passes its options struct (or NULL, refused).
         let Some(o) = (unsafe { o.as_ref() }) else {
             return null_argument("device_open");
         };
         if o.struct_size < size_of::<MrOpenOptions>() {
-            return fail(MR_ERR_INVALID_ARGUMENT, format!("device_open: options of {} bytes", o.struct_size));
+            return fail(
+                MR_ERR_INVALID_ARGUMENT,
+                format!("device_open: options of {} bytes", o.struct_size),
+            );
         }
         match MockDevice::new(config(o)) {
             Ok(device) => out!("device_open", d, Box::into_raw(Dev::new(device)).cast()),
@@ -170,16 +179,23 @@ pub(crate) unsafe extern "C" fn device_close(d: *mut MrDevice) {
 
 pub(crate) unsafe extern "C" fn memory_info(d: *mut MrDevice, info: *mut MrMemoryInfo) -> MrStatus {
     on_dev!("memory_info", d, |dev| match dev.device.memory_info() {
-        Ok(m) => fill!("memory_info", info, MrMemoryInfo {
-            struct_size: size_of::<MrMemoryInfo>(),
-            free_bytes: m.free,
-            total_bytes: m.total,
-        }),
+        Ok(m) => fill!(
+            "memory_info",
+            info,
+            MrMemoryInfo {
+                struct_size: size_of::<MrMemoryInfo>(),
+                free_bytes: m.free,
+                total_bytes: m.total,
+            }
+        ),
         Err(e) => backend_status(&e),
     })
 }
 
-pub(crate) unsafe extern "C" fn capabilities(d: *mut MrDevice, caps: *mut MrCapabilities) -> MrStatus {
+pub(crate) unsafe extern "C" fn capabilities(
+    d: *mut MrDevice,
+    caps: *mut MrCapabilities,
+) -> MrStatus {
     on_dev!("capabilities", d, |dev| {
         let c = dev.device.capabilities();
         let mut flags = MR_CAP_GROUPING;
@@ -194,11 +210,15 @@ pub(crate) unsafe extern "C" fn capabilities(d: *mut MrDevice, caps: *mut MrCapa
                 flags |= bit;
             }
         }
-        fill!("capabilities", caps, MrCapabilities {
-            struct_size: size_of::<MrCapabilities>(),
-            flags,
-            allocation_alignment: c.allocation_alignment,
-        })
+        fill!(
+            "capabilities",
+            caps,
+            MrCapabilities {
+                struct_size: size_of::<MrCapabilities>(),
+                flags,
+                allocation_alignment: c.allocation_alignment,
+            }
+        )
     })
 }
 
@@ -213,7 +233,10 @@ pub(crate) unsafe extern "C" fn free(d: *mut MrDevice, ptr: u64) -> MrStatus {
     on_dev!("free", d, |dev| done(dev.device.free(DevicePtr(ptr))))
 }
 
-pub(crate) unsafe extern "C" fn default_stream(d: *mut MrDevice, s: *mut *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn default_stream(
+    d: *mut MrDevice,
+    s: *mut *mut MrStream,
+) -> MrStatus {
     on_dev!("default_stream", d, |dev| {
         let raw: *const MockStream = &raw const *dev.default;
         out!("default_stream", s, raw.cast_mut().cast())
@@ -229,7 +252,9 @@ pub(crate) unsafe extern "C" fn stream_create(d: *mut MrDevice, s: *mut *mut MrS
 
 pub(crate) unsafe extern "C" fn stream_destroy(d: *mut MrDevice, s: *mut MrStream) {
     let _ = on_dev!("stream_destroy", d, |dev| {
-        if !s.is_null() && !std::ptr::eq(s.cast_const().cast::<MockStream>(), &raw const *dev.default) {
+        if !s.is_null()
+            && !std::ptr::eq(s.cast_const().cast::<MockStream>(), &raw const *dev.default)
+        {
             // SAFETY: a stream from stream_create, destroyed once (header rule).
             drop(unsafe { Box::from_raw(s.cast::<MockStream>()) });
         }
@@ -276,7 +301,11 @@ macro_rules! on_event {
     };
 }
 
-pub(crate) unsafe extern "C" fn event_record(d: *mut MrDevice, e: *mut MrEvent, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn event_record(
+    d: *mut MrDevice,
+    e: *mut MrEvent,
+    s: *mut MrStream,
+) -> MrStatus {
     on_event!("event_record", d, e, |dev, ev| {
         // SAFETY: a stream handle of this plugin.
         let Some(st) = (unsafe { stream(s) }) else {
@@ -286,18 +315,33 @@ pub(crate) unsafe extern "C" fn event_record(d: *mut MrDevice, e: *mut MrEvent, 
     })
 }
 
-pub(crate) unsafe extern "C" fn event_query(d: *mut MrDevice, e: *mut MrEvent, complete: *mut i32) -> MrStatus {
-    on_event!("event_query", d, e, |dev, ev| match dev.device.query_event(ev) {
-        Ok(c) => out!("event_query", complete, i32::from(c)),
-        Err(err) => backend_status(&err),
-    })
+pub(crate) unsafe extern "C" fn event_query(
+    d: *mut MrDevice,
+    e: *mut MrEvent,
+    complete: *mut i32,
+) -> MrStatus {
+    on_event!(
+        "event_query",
+        d,
+        e,
+        |dev, ev| match dev.device.query_event(ev) {
+            Ok(c) => out!("event_query", complete, i32::from(c)),
+            Err(err) => backend_status(&err),
+        }
+    )
 }
 
 pub(crate) unsafe extern "C" fn event_synchronize(d: *mut MrDevice, e: *mut MrEvent) -> MrStatus {
-    on_event!("event_synchronize", d, e, |dev, ev| done(dev.device.synchronize_event(ev)))
+    on_event!("event_synchronize", d, e, |dev, ev| done(
+        dev.device.synchronize_event(ev)
+    ))
 }
 
-pub(crate) unsafe extern "C" fn stream_wait_event(d: *mut MrDevice, s: *mut MrStream, e: *mut MrEvent) -> MrStatus {
+pub(crate) unsafe extern "C" fn stream_wait_event(
+    d: *mut MrDevice,
+    s: *mut MrStream,
+    e: *mut MrEvent,
+) -> MrStatus {
     on_event!("stream_wait_event", d, e, |dev, ev| {
         // SAFETY: a stream handle of this plugin.
         let Some(st) = (unsafe { stream(s) }) else {
@@ -308,15 +352,28 @@ pub(crate) unsafe extern "C" fn stream_wait_event(d: *mut MrDevice, s: *mut MrSt
 }
 
 pub(crate) unsafe extern "C" fn stream_synchronize(d: *mut MrDevice, s: *mut MrStream) -> MrStatus {
-    on_dev!("stream_synchronize", d, s, |dev, st| done(dev.device.synchronize_stream(st)))
+    on_dev!("stream_synchronize", d, s, |dev, st| done(
+        dev.device.synchronize_stream(st)
+    ))
 }
 
 pub(crate) unsafe extern "C" fn device_synchronize(d: *mut MrDevice) -> MrStatus {
-    on_dev!("device_synchronize", d, |dev| done(dev.device.synchronize_device()))
+    on_dev!("device_synchronize", d, |dev| done(
+        dev.device.synchronize_device()
+    ))
 }
 
-pub(crate) unsafe extern "C" fn memset_zero(d: *mut MrDevice, ptr: u64, bytes: u64, s: *mut MrStream) -> MrStatus {
-    on_dev!("memset_zero", d, s, |dev, st| done(dev.device.memset_zero(DevicePtr(ptr), bytes, st)))
+pub(crate) unsafe extern "C" fn memset_zero(
+    d: *mut MrDevice,
+    ptr: u64,
+    bytes: u64,
+    s: *mut MrStream,
+) -> MrStatus {
+    on_dev!("memset_zero", d, s, |dev, st| done(dev.device.memset_zero(
+        DevicePtr(ptr),
+        bytes,
+        st
+    )))
 }
 
 pub(crate) unsafe extern "C" fn copy_host_to_device(
@@ -363,9 +420,18 @@ pub(crate) unsafe extern "C" fn copy_device_to_host(
     })
 }
 
-pub(crate) unsafe extern "C" fn copy_device_to_device(d: *mut MrDevice, dst: u64, src: u64, bytes: u64, s: *mut MrStream) -> MrStatus {
+pub(crate) unsafe extern "C" fn copy_device_to_device(
+    d: *mut MrDevice,
+    dst: u64,
+    src: u64,
+    bytes: u64,
+    s: *mut MrStream,
+) -> MrStatus {
     on_dev!("copy_device_to_device", d, s, |dev, st| {
-        done(dev.device.copy_device_to_device(DevicePtr(dst), DevicePtr(src), bytes, st))
+        done(
+            dev.device
+                .copy_device_to_device(DevicePtr(dst), DevicePtr(src), bytes, st),
+        )
     })
 }
 
@@ -374,46 +440,80 @@ pub(crate) unsafe extern "C" fn delay(d: *mut MrDevice, micros: u64, s: *mut MrS
 }
 
 pub(crate) unsafe extern "C" fn device_async_error(d: *mut MrDevice) -> MrStatus {
-    on_dev!("device_async_error", d, |dev| match dev.device.async_error() {
-        None => MR_OK,
-        Some(e) => backend_status(&e),
-    })
+    on_dev!(
+        "device_async_error",
+        d,
+        |dev| match dev.device.async_error() {
+            None => MR_OK,
+            Some(e) => backend_status(&e),
+        }
+    )
 }
 
 pub(crate) unsafe extern "C" fn vm_granularity(d: *mut MrDevice, g: *mut u64) -> MrStatus {
-    on_dev!("vm_granularity", d, |dev| match dev.device.vm_granularity() {
-        Ok(v) => out!("vm_granularity", g, v),
-        Err(e) => backend_status(&e),
-    })
+    on_dev!(
+        "vm_granularity",
+        d,
+        |dev| match dev.device.vm_granularity() {
+            Ok(v) => out!("vm_granularity", g, v),
+            Err(e) => backend_status(&e),
+        }
+    )
 }
-pub(crate) unsafe extern "C" fn vm_reserve(d: *mut MrDevice, bytes: u64, base: *mut u64) -> MrStatus {
+pub(crate) unsafe extern "C" fn vm_reserve(
+    d: *mut MrDevice,
+    bytes: u64,
+    base: *mut u64,
+) -> MrStatus {
     on_dev!("vm_reserve", d, |dev| match dev.device.vm_reserve(bytes) {
         Ok(p) => out!("vm_reserve", base, p.0),
         Err(e) => backend_status(&e),
     })
 }
 pub(crate) unsafe extern "C" fn vm_release(d: *mut MrDevice, base: u64) -> MrStatus {
-    on_dev!("vm_release", d, |dev| done(dev.device.vm_release(DevicePtr(base))))
+    on_dev!("vm_release", d, |dev| done(
+        dev.device.vm_release(DevicePtr(base))
+    ))
 }
-pub(crate) unsafe extern "C" fn vm_create_physical(d: *mut MrDevice, bytes: u64, h: *mut u64) -> MrStatus {
-    on_dev!("vm_create_physical", d, |dev| match dev.device.vm_create_physical(bytes) {
-        Ok(p) => out!("vm_create_physical", h, p.0),
-        Err(e) => backend_status(&e),
-    })
+pub(crate) unsafe extern "C" fn vm_create_physical(
+    d: *mut MrDevice,
+    bytes: u64,
+    h: *mut u64,
+) -> MrStatus {
+    on_dev!(
+        "vm_create_physical",
+        d,
+        |dev| match dev.device.vm_create_physical(bytes) {
+            Ok(p) => out!("vm_create_physical", h, p.0),
+            Err(e) => backend_status(&e),
+        }
+    )
 }
 pub(crate) unsafe extern "C" fn vm_release_physical(d: *mut MrDevice, h: u64) -> MrStatus {
-    on_dev!("vm_release_physical", d, |dev| done(dev.device.vm_release_physical(PhysicalHandle(h))))
+    on_dev!("vm_release_physical", d, |dev| done(
+        dev.device.vm_release_physical(PhysicalHandle(h))
+    ))
 }
 pub(crate) unsafe extern "C" fn vm_map(d: *mut MrDevice, at: u64, h: u64) -> MrStatus {
-    on_dev!("vm_map", d, |dev| done(dev.device.vm_map(DevicePtr(at), PhysicalHandle(h))))
+    on_dev!("vm_map", d, |dev| done(
+        dev.device.vm_map(DevicePtr(at), PhysicalHandle(h))
+    ))
 }
 pub(crate) unsafe extern "C" fn vm_unmap(d: *mut MrDevice, at: u64, bytes: u64) -> MrStatus {
-    on_dev!("vm_unmap", d, |dev| done(dev.device.vm_unmap(DevicePtr(at), bytes)))
+    on_dev!("vm_unmap", d, |dev| done(
+        dev.device.vm_unmap(DevicePtr(at), bytes)
+    ))
 }
 
-pub(crate) unsafe extern "C" fn annotate_allocation(d: *mut MrDevice, ptr: u64, bytes: u64, id: u64) {
+pub(crate) unsafe extern "C" fn annotate_allocation(
+    d: *mut MrDevice,
+    ptr: u64,
+    bytes: u64,
+    id: u64,
+) {
     let _ = on_dev!("annotate_allocation", d, |dev| {
-        dev.device.annotate_allocation(DevicePtr(ptr), bytes, AllocationId(id));
+        dev.device
+            .annotate_allocation(DevicePtr(ptr), bytes, AllocationId(id));
         MR_OK
     });
 }
@@ -450,22 +550,33 @@ fn access(a: &memreuse_core::RaceAccess) -> MrRaceAccess {
     }
 }
 
-pub(crate) unsafe extern "C" fn race_report_get(d: *mut MrDevice, index: usize, report: *mut MrRaceReport) -> MrStatus {
+pub(crate) unsafe extern "C" fn race_report_get(
+    d: *mut MrDevice,
+    index: usize,
+    report: *mut MrRaceReport,
+) -> MrStatus {
     on_dev!("race_report_get", d, |dev| {
         let races = dev.races.lock();
         let Some(r) = races.get(index) else {
-            return fail(MR_ERR_INVALID_ARGUMENT, format!("race_report_get: index {index} of {}", races.len()));
+            return fail(
+                MR_ERR_INVALID_ARGUMENT,
+                format!("race_report_get: index {index} of {}", races.len()),
+            );
         };
         // The strings point into the cached reports, replaced only by the next count
         // (the host copies them at once).
-        fill!("race_report_get", report, MrRaceReport {
-            struct_size: size_of::<MrRaceReport>(),
-            kind: u32::from(r.kind == RaceKind::Reuse),
-            reserved: 0,
-            range_start: r.range.start,
-            range_end: r.range.end,
-            earlier: access(&r.earlier),
-            later: access(&r.later),
-        })
+        fill!(
+            "race_report_get",
+            report,
+            MrRaceReport {
+                struct_size: size_of::<MrRaceReport>(),
+                kind: u32::from(r.kind == RaceKind::Reuse),
+                reserved: 0,
+                range_start: r.range.start,
+                range_end: r.range.end,
+                earlier: access(&r.earlier),
+                later: access(&r.later),
+            }
+        )
     })
 }

@@ -9,8 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use memreuse_core::{BackendError, CommError};
 use memreuse_plugin::abi::{
     MR_ERR_ABORTED, MR_ERR_DEVICE, MR_ERR_DEVICE_LOST, MR_ERR_INTERNAL, MR_ERR_INVALID_ARGUMENT,
-    MR_ERR_OUT_OF_MEMORY, MR_ERR_TIMEOUT, MR_ERR_UNAVAILABLE, MR_ERR_UNSUPPORTED, MR_OK,
-    MrStatus,
+    MR_ERR_OUT_OF_MEMORY, MR_ERR_TIMEOUT, MR_ERR_UNAVAILABLE, MR_ERR_UNSUPPORTED, MR_OK, MrStatus,
 };
 
 thread_local! {
@@ -66,7 +65,10 @@ pub(crate) fn comm_status(e: &CommError) -> MrStatus {
 /// Runs an entry's body; a panic is `MR_ERR_INTERNAL`, never an unwind into the host.
 pub(crate) fn guard(call: &str, body: impl FnOnce() -> MrStatus) -> MrStatus {
     catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|_| {
-        fail(MR_ERR_INTERNAL, format!("{call}: the mock plugin panicked (a bug)"))
+        fail(
+            MR_ERR_INTERNAL,
+            format!("{call}: the mock plugin panicked (a bug)"),
+        )
     })
 }
 
@@ -88,5 +90,8 @@ pub(crate) fn comm_done(r: Result<(), CommError>) -> MrStatus {
 
 /// A NULL argument the host must never pass.
 pub(crate) fn null_argument(call: &str) -> MrStatus {
-    fail(MR_ERR_INVALID_ARGUMENT, format!("{call}: a NULL handle or out-pointer"))
+    fail(
+        MR_ERR_INVALID_ARGUMENT,
+        format!("{call}: a NULL handle or out-pointer"),
+    )
 }

@@ -24,7 +24,10 @@ fn plugin_path() -> PathBuf {
             return p;
         }
     }
-    panic!("libmemreuse_mock_plugin.so not found next to {}", exe.display());
+    panic!(
+        "libmemreuse_mock_plugin.so not found next to {}",
+        exe.display()
+    );
 }
 
 fn plugin() -> Arc<Plugin> {
@@ -76,21 +79,31 @@ fn program<B: Backend + Clone>(ranks: Vec<Rank<B>>, mode: ReuseMode) -> Vec<Stri
                     let mut seen = Vec::new();
                     for step in 0..4usize {
                         let n = 256 << step;
-                        let t = allocator.allocate(4 * n as u64, &current).expect("allocate");
+                        let t = allocator
+                            .allocate(4 * n as u64, &current)
+                            .expect("allocate");
                         let v = (pg.rank() + step) as f32;
-                        let bytes: Vec<u8> = (0..n).flat_map(|i| (v + i as f32).to_le_bytes()).collect();
-                        device.copy_host_to_device(t.ptr(), &bytes, &current).expect("upload");
+                        let bytes: Vec<u8> =
+                            (0..n).flat_map(|i| (v + i as f32).to_le_bytes()).collect();
+                        device
+                            .copy_host_to_device(t.ptr(), &bytes, &current)
+                            .expect("upload");
                         pg.all_reduce(&t, ReduceOp::Sum, &current, true)
                             .expect("all_reduce")
                             .wait(&current)
                             .expect("wait");
-                        let out = allocator.allocate(4 * (n * pg.size()) as u64, &side).expect("out");
+                        let out = allocator
+                            .allocate(4 * (n * pg.size()) as u64, &side)
+                            .expect("out");
                         allocator.record_stream(&t, &side);
                         device.synchronize_device().expect("sync");
-                        pg.all_gather(&t, &out, &current, false).expect("all_gather");
+                        pg.all_gather(&t, &out, &current, false)
+                            .expect("all_gather");
                         device.synchronize_device().expect("sync");
                         let mut back = vec![0u8; 4 * n * pg.size()];
-                        device.copy_device_to_host(&mut back, out.ptr(), &current).expect("download");
+                        device
+                            .copy_device_to_host(&mut back, out.ptr(), &current)
+                            .expect("download");
                         let sum: f64 = back
                             .chunks_exact(4)
                             .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
@@ -111,7 +124,10 @@ fn program<B: Backend + Clone>(ranks: Vec<Rank<B>>, mode: ReuseMode) -> Vec<Stri
                 })
             })
             .collect();
-        threads.into_iter().map(|t| t.join().expect("rank")).collect()
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("rank"))
+            .collect()
     })
 }
 
@@ -166,7 +182,9 @@ fn racy<B: Backend>(device: &B) -> Vec<String> {
     let y = device.malloc(4096).expect("y");
     device.set_op_label("the racy pair");
     device.memset_zero(x, 4096, &a).expect("write on a");
-    device.copy_device_to_device(y, x, 4096, &b).expect("read on b");
+    device
+        .copy_device_to_device(y, x, 4096, &b)
+        .expect("read on b");
     device.synchronize_device().expect("sync");
     let races = device.race_reports().expect("a native detector");
     device.free(x).expect("free");
@@ -178,26 +196,36 @@ fn racy<B: Backend>(device: &B) -> Vec<String> {
 fn races_cross_the_boundary_unchanged() {
     let p = plugin();
     let direct = racy(&MockDevice::new(MockConfig::with_capacity(CAPACITY)).expect("mock"));
-    let through = racy(&PluginDevice::open(&p, &BackendOptions {
-        memory_capacity: Some(CAPACITY),
-        ..BackendOptions::default()
-    })
-    .expect("plugin device"));
+    let through = racy(
+        &PluginDevice::open(
+            &p,
+            &BackendOptions {
+                memory_capacity: Some(CAPACITY),
+                ..BackendOptions::default()
+            },
+        )
+        .expect("plugin device"),
+    );
     assert!(!direct.is_empty(), "the mock reports the race");
     assert_eq!(direct, through);
-    assert!(PluginDevice::open(&p, &BackendOptions::default())
-        .expect("device")
-        .capabilities()
-        .native_race_detection);
+    assert!(
+        PluginDevice::open(&p, &BackendOptions::default())
+            .expect("device")
+            .capabilities()
+            .native_race_detection
+    );
 }
 
 #[test]
 fn switching_the_native_detector_off_crosses_too() {
     let p = plugin();
-    let dev = PluginDevice::open(&p, &BackendOptions {
-        disable_native_race_detection: true,
-        ..BackendOptions::default()
-    })
+    let dev = PluginDevice::open(
+        &p,
+        &BackendOptions {
+            disable_native_race_detection: true,
+            ..BackendOptions::default()
+        },
+    )
     .expect("device");
     let direct = MockDevice::new(MockConfig {
         race_detection: false,

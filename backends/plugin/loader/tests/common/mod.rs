@@ -42,7 +42,9 @@ pub fn compile(dir: &Path, name: &str, source: &str) -> PathBuf {
     std::fs::write(&c, source).expect("write the C source");
     let so = dir.join(format!("lib{name}.so"));
     let out = Command::new("cc")
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-O1"])
+        .args([
+            "-std=c99", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-O1",
+        ])
         .arg("-fvisibility=hidden")
         .arg("-I")
         .arg(plugin_dir().join("include"))
