@@ -35,6 +35,10 @@ echo "--- built-in suite, modes 0-3: the mock, the C plugin, the mock plugin"
 "$bin" --quiet --backend mock --backend host --backend mockplug \
   --require-backend host --require-backend mockplug --json "$out/suite.json" --report "$out/suite"
 
+echo "--- deterministic replay, seed 7: the mock plugin's figures are the mock's"
+"$bin" --quiet --deterministic --seed 7 --backend mock --backend mockplug \
+  --require-backend mockplug --json "$out/deterministic.json" --report "$out/deterministic"
+
 echo "--- the same plugin by path: --backend plugin:PATH"
 "$bin" --quiet --backend "plugin:$hostso" --require-backend "plugin:$hostso" \
   --json "$out/by-path.json" --report "$out/by-path"
@@ -45,9 +49,10 @@ echo "--- negative control: the C plugin (adaptor), the mock plugin (native, the
 "$bin" --quiet --mode unsafe --race-check adaptor --backend mockplug \
   --json "$out/neg-adaptor.json" --report "$out/neg-adaptor" | grep '^negative control:'
 
-python3 - "$out/suite.json" "$out/by-path.json" "$out/neg.json" "$out/neg-adaptor.json" <<'PY'
+python3 - "$out/suite.json" "$out/by-path.json" "$out/neg.json" "$out/neg-adaptor.json" \
+  "$out/deterministic.json" <<'PY'
 import json, sys
-suite, by_path, neg, neg_adaptor = (json.load(open(p)) for p in sys.argv[1:5])
+suite, by_path, neg, neg_adaptor, det = (json.load(open(p)) for p in sys.argv[1:6])
 runs = {}
 for r in suite["runs"] + by_path["runs"]:
     b = "by-path" if r["backend"].startswith("plugin:") else r["backend"]
@@ -55,7 +60,8 @@ for r in suite["runs"] + by_path["runs"]:
 mock = runs.get("mock", {})
 bad = []
 checker = {"host": "adaptor", "by-path": "adaptor", "mockplug": "native"}
-figures = ("peak_reserved_bytes", "peak_allocated_bytes", "device_alloc_calls", "leaked_bytes")
+# Figures that depend on timing (wall clock, the watchdog thread) are not compared.
+timing = {"backend", "wall_ms", "step_ms_median", "shelf_unstashed_by_watchdog"}
 for b in ("host", "by-path", "mockplug"):
     got = runs.get(b, {})
     if set(got) != set(mock):
@@ -68,12 +74,18 @@ for b in ("host", "by-path", "mockplug"):
             bad.append(f"{b} {key}: digest {r['digest']}, reference {r.get('reference_digest')}, mock {m.get('digest')}")
         if r.get("leaked_bytes"):
             bad.append(f"{b} {key}: leaked {r['leaked_bytes']} bytes")
-        if r.get("race_checker") != checker[b] or r.get("races"):
+        if r.get("race_checker") != checker[b] or sum((r.get("races") or {"none": 1}).values()):
             bad.append(f"{b} {key}: races {r.get('races')} judged by {r.get('race_checker')}, want none by {checker[b]}")
-        if b == "mockplug":
-            for f in figures:
-                if r.get(f) != m.get(f):
-                    bad.append(f"mockplug {key}: {f} {r.get(f)} != mock {m.get(f)}")
+det_runs = {}
+for r in det["runs"]:
+    det_runs.setdefault(r["backend"], {})[(r["schedule"], r["mode"])] = r
+dm, dp = det_runs.get("mock", {}), det_runs.get("mockplug", {})
+if not dp or set(dm) != set(dp):
+    bad.append(f"deterministic: the mock plugin ran {len(dp)} pairs, the mock {len(dm)}")
+for key, r in sorted(dp.items()):
+    for f in sorted((set(r) | set(dm.get(key, {}))) - timing):
+        if r.get(f) != dm.get(key, {}).get(f):
+            bad.append(f"deterministic mockplug {key}: {f} {r.get(f)} != mock {dm.get(key, {}).get(f)}")
 for name, report, want in (("neg", neg, {"host": "adaptor", "mockplug": "native"}),
                            ("neg-adaptor", neg_adaptor, {"mockplug": "adaptor"})):
     for b, c in want.items():
@@ -88,7 +100,8 @@ if bad:
     sys.exit(1)
 caught = sum(1 for r in neg["runs"] + neg_adaptor["runs"] if r.get("negative_control_verdict") == "caught")
 print(f"plugin suite ok: {sum(len(v) for v in runs.values())} runs; the C plugin and the mock plugin "
-      f"give the reference digests, the mock plugin the mock's figures; zero leaks, zero races; "
+      f"give the reference digests, the mock plugin the mock's figures ({len(dp)} deterministic "
+      f"runs, field for field); zero leaks, zero races; "
       f"negative control judged ({caught} caught)")
 PY
 
