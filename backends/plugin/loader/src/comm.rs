@@ -74,10 +74,8 @@ impl PluginComm {
             lock: Mutex::new(()),
         };
         // SAFETY: a live communicator and two out-pointers.
-        p.check(
-            unsafe { f(raw, &raw mut rank, &raw mut size) },
-            "comm_rank_size",
-        )?;
+        let status = unsafe { f(raw, &raw mut rank, &raw mut size) };
+        p.check(status, "comm_rank_size")?;
         if size == 0 || rank >= size {
             return Err(BackendError::invalid_argument(
                 p.name.clone(),

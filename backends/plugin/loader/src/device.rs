@@ -16,8 +16,8 @@ use crate::abi::{
     MR_OPEN_MEMORY_CAPACITY, MR_OPEN_NO_NATIVE_RACE_DETECTION, MrCapabilities, MrDevice, MrEvent,
     MrMemoryInfo, MrOpenOptions, MrRaceAccess, MrRaceReport, MrStream,
 };
-pub use crate::handles::{PluginEvent, PluginStream};
 use crate::handles::{DeviceInner, StreamInner};
+pub use crate::handles::{PluginEvent, PluginStream};
 use crate::library::{Plugin, text};
 
 /// The plugin entry `$field`, or the Unsupported error for a NULL one (required entries are
@@ -316,10 +316,8 @@ impl Backend for PluginDevice {
         let e = self.raw_event(event, "query_event")?;
         let mut done = 0i32;
         // SAFETY: live device, its own event, an out-pointer.
-        p.check(
-            unsafe { f(self.inner.raw, e, &raw mut done) },
-            "event_query",
-        )?;
+        let status = unsafe { f(self.inner.raw, e, &raw mut done) };
+        p.check(status, "event_query")?;
         Ok(done != 0)
     }
     fn synchronize_event(&self, event: &PluginEvent) -> Result<(), BackendError> {

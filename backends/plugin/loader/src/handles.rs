@@ -106,4 +106,3 @@ impl std::fmt::Debug for PluginEvent {
         f.write_str("PluginEvent")
     }
 }
-

@@ -118,10 +118,8 @@ fn by_init_rank(
     let mut id = [0u8; MR_UNIQUE_ID_MAX];
     let mut len = 0usize;
     // SAFETY: a buffer of MR_UNIQUE_ID_MAX bytes and a length out-pointer.
-    plugin.check(
-        unsafe { unique_id(id.as_mut_ptr(), id.len(), &raw mut len) },
-        "comm_unique_id",
-    )?;
+    let status = unsafe { unique_id(id.as_mut_ptr(), id.len(), &raw mut len) };
+    plugin.check(status, "comm_unique_id")?;
     if len == 0 || len > MR_UNIQUE_ID_MAX {
         return Err(plugin.null_handle("comm_unique_id"));
     }

@@ -35,9 +35,9 @@ fn device_calls<B: Backend>(dev: &B, n: usize, what: &str) {
     dev.free(p).expect("free");
 }
 
-fn collectives<B: Backend>(ranks: Vec<(B, Box<dyn Communicator<B>>)>, n: usize) {
+fn collectives<B: Backend>(ranks: &[(B, Box<dyn Communicator<B>>)], n: usize) {
     std::thread::scope(|scope| {
-        for (dev, comm) in &ranks {
+        for (dev, comm) in ranks {
             scope.spawn(move || {
                 let s = dev.default_stream();
                 let p = dev.malloc(256).expect("malloc");
@@ -55,15 +55,11 @@ fn collectives<B: Backend>(ranks: Vec<(B, Box<dyn Communicator<B>>)>, n: usize) 
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (how, n, what) = match args.as_slice() {
-        [_, how, n, what, ..] => (how.as_str(), n.parse().expect("N"), what.as_str()),
-        _ => {
-            eprintln!(
-                "usage: boundary_cost (direct|plugin) N (query|memset|all_reduce) [PLUGIN.so]"
-            );
-            std::process::exit(2);
-        }
+    let [_, how, n, what, ..] = args.as_slice() else {
+        eprintln!("usage: boundary_cost (direct|plugin) N (query|memset|all_reduce) [PLUGIN.so]");
+        std::process::exit(2);
     };
+    let (how, n, what): (&str, usize, &str) = (how, n.parse().expect("N"), what);
     let timeout = Duration::from_secs(30);
     let config = MockConfig {
         joint_timeout: timeout,
@@ -72,13 +68,11 @@ fn main() {
     if how == "direct" {
         if what == "all_reduce" {
             let ranks = open_mock_world(2, config).expect("world");
-            collectives(
-                ranks
-                    .into_iter()
-                    .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<MockDevice>>))
-                    .collect(),
-                n,
-            );
+            let ranks: Vec<_> = ranks
+                .into_iter()
+                .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<MockDevice>>))
+                .collect();
+            collectives(&ranks, n);
         } else {
             device_calls(&MockDevice::new(config).expect("mock"), n, what);
         }
@@ -91,13 +85,11 @@ fn main() {
         };
         if what == "all_reduce" {
             let ranks = open_plugin_world(&plugin, 2, &options, timeout).expect("world");
-            collectives(
-                ranks
-                    .into_iter()
-                    .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<PluginDevice>>))
-                    .collect(),
-                n,
-            );
+            let ranks: Vec<_> = ranks
+                .into_iter()
+                .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<PluginDevice>>))
+                .collect();
+            collectives(&ranks, n);
         } else {
             device_calls(
                 &PluginDevice::open(&plugin, &options).expect("device"),

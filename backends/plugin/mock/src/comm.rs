@@ -1,6 +1,10 @@
 //! The communicator entries: each forwards to the mock's communicator
 //! (`Communicator<MockDevice>`). An `MrComm` is a [`Comm`] box.
 
+// The entries' parameters are named as in memreuse_backend.h's short signatures (c, i, o,
+// n, t, s): one letter each, consistently.
+#![allow(clippy::many_single_char_names)]
+
 use memreuse_core::{Communicator, DType, DevicePtr, ReduceOp};
 use memreuse_mock::{MockConfig, MockDevice, open_mock_world};
 use memreuse_plugin::abi::{
@@ -115,7 +119,9 @@ pub(crate) unsafe extern "C" fn world_open(
                 for (r, (device, c)) in ranks.into_iter().enumerate() {
                     // SAFETY: the host's arrays hold `world_size` slots each.
                     unsafe {
-                        devices.add(r).write(Box::into_raw(Dev::new(device)).cast());
+                        devices
+                            .add(r)
+                            .write(Box::into_raw(Box::new(Dev::new(device))).cast());
                         comms.add(r).write(into_raw(Box::new(c)));
                     }
                 }
@@ -160,15 +166,13 @@ pub(crate) unsafe extern "C" fn comm_new_group(
             .map(|&r| r as usize)
             .collect();
         match cm.inner.new_group(&list) {
-            // SAFETY (both arms): the host's out-pointer.
-            Ok(Some(g)) => unsafe {
-                out.write(into_raw(g));
+            Ok(group) => {
+                // A non-member gets MR_OK with NULL (header rule).
+                let raw = group.map_or(std::ptr::null_mut(), into_raw);
+                // SAFETY: the host's out-pointer, checked non-NULL above.
+                unsafe { out.write(raw) };
                 MR_OK
-            },
-            Ok(None) => unsafe {
-                out.write(std::ptr::null_mut());
-                MR_OK
-            },
+            }
             Err(e) => comm_done(Err(e)),
         }
     })

@@ -32,13 +32,13 @@ pub(crate) struct Dev {
 }
 
 impl Dev {
-    pub(crate) fn new(device: MockDevice) -> Box<Dev> {
+    pub(crate) fn new(device: MockDevice) -> Dev {
         let default = Box::new(device.default_stream());
-        Box::new(Dev {
+        Dev {
             device,
             default,
             races: Mutex::new(Vec::new()),
-        })
+        }
     }
 }
 
@@ -160,7 +160,11 @@ pub(crate) unsafe extern "C" fn device_open(
             );
         }
         match MockDevice::new(config(o)) {
-            Ok(device) => out!("device_open", d, Box::into_raw(Dev::new(device)).cast()),
+            Ok(device) => out!(
+                "device_open",
+                d,
+                Box::into_raw(Box::new(Dev::new(device))).cast()
+            ),
             Err(e) => backend_status(&e),
         }
     })
