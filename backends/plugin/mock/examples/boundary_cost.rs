@@ -61,8 +61,11 @@ fn main() {
     };
     let (how, n, what): (&str, usize, &str) = (how, n.parse().expect("N"), what);
     let timeout = Duration::from_secs(30);
+    // Deterministic mode: ops run on the waiting host thread, no worker threads, so the
+    // count does not include how often a worker happened to spin or park.
     let config = MockConfig {
         joint_timeout: timeout,
+        deterministic_seed: Some(1),
         ..MockConfig::with_capacity(1 << 24)
     };
     if how == "direct" {
@@ -81,6 +84,7 @@ fn main() {
         let plugin = Arc::new(load(path.as_ref()).expect("plugin"));
         let options = BackendOptions {
             memory_capacity: Some(1 << 24),
+            deterministic_seed: Some(1),
             ..BackendOptions::default()
         };
         if what == "all_reduce" {
