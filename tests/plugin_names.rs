@@ -11,7 +11,10 @@ fn a_plugin_name_is_loaded_or_names_the_feature() {
     match &err {
         OpenError::Plugin { name: n, reason } => {
             assert_eq!(n, name);
-            assert!(reason.contains("/no/such/libplugin.so") && reason.contains("no such file"), "{reason}");
+            assert!(
+                reason.contains("/no/such/libplugin.so") && reason.contains("no such file"),
+                "{reason}"
+            );
         }
         other => panic!("expected OpenError::Plugin, got {other:?}"),
     }
