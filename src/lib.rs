@@ -132,8 +132,11 @@ pub const KNOWN_BACKENDS: &[(&str, &str)] = &[
 ///
 /// A known backend that this build does not link is [`OpenError::NotCompiled`] (naming the
 /// cargo feature); any other unknown name is [`OpenError::Unknown`]; both list what is
-/// available.
+/// available. With feature `plugin`, `plugin:PATH` and the names `MEMREUSE_BACKEND_PLUGINS`
+/// gives are loaded first (docs/plugin-abi.md); a plugin that cannot be loaded is
+/// [`OpenError::Plugin`].
 pub fn open_backend(name: &str, options: &BackendOptions) -> Result<AnyBackend, OpenError> {
+    register_plugin(name)?;
     if find_backend(name).is_none() {
         return Err(not_linked(name));
     }
@@ -147,6 +150,7 @@ pub fn open_backend(name: &str, options: &BackendOptions) -> Result<AnyBackend, 
 /// Unknown and not-compiled names are errors as in [`open_backend`]; too few devices is
 /// [`OpenError::Backend`] with [`BackendError::Unavailable`].
 pub fn open_world(name: &str, options: &WorldOptions) -> Result<Vec<RankEndpoint>, OpenError> {
+    register_plugin(name)?;
     match find_world(name) {
         Some(registration) => Ok((registration.open_world)(options)?),
         None if find_backend(name).is_some() => {
@@ -161,11 +165,40 @@ pub fn open_world(name: &str, options: &WorldOptions) -> Result<Vec<RankEndpoint
 
 /// The error for a name no linked backend has: [`OpenError::NotCompiled`] for a backend
 /// memreuse knows (naming its cargo feature), else [`OpenError::Unknown`].
+/// With feature `plugin`: loads `plugin:PATH` names and the plugins `MEMREUSE_BACKEND_PLUGINS`
+/// names, so they open like compiled-in backends.
+#[cfg(feature = "plugin")]
+fn register_plugin(name: &str) -> Result<(), OpenError> {
+    memreuse_plugin::ensure_registered(name)
+        .map(|_| ())
+        .map_err(|e| OpenError::Plugin {
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// Without feature `plugin` nothing is loaded at run time.
+#[cfg(not(feature = "plugin"))]
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "the same signature as with feature `plugin`"
+)]
+fn register_plugin(_name: &str) -> Result<(), OpenError> {
+    Ok(())
+}
+
 fn not_linked(name: &str) -> OpenError {
     let available: Vec<String> = registered_backends()
         .iter()
         .map(|r| r.name.to_owned())
         .collect();
+    if name.starts_with("plugin:") && cfg!(not(feature = "plugin")) {
+        return OpenError::NotCompiled {
+            name: name.to_owned(),
+            feature: "plugin".to_owned(),
+            available,
+        };
+    }
     match KNOWN_BACKENDS.iter().find(|(n, _)| *n == name) {
         Some((_, feature)) => OpenError::NotCompiled {
             name: name.to_owned(),

@@ -159,6 +159,7 @@ pub mod output;
 pub mod process_group;
 pub mod race;
 mod registry;
+mod runtime_backend;
 pub mod store;
 mod sync;
 pub mod testing;
@@ -181,6 +182,10 @@ pub use process_group::{
 pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use registry::{
     BackendOptions, BackendRegistration, OpenError, find_backend, open_backend, registered_backends,
+};
+pub use runtime_backend::{
+    DeviceCountFn, MAX_RUNTIME_BACKENDS, OpenFn, OpenWorldFn, RegisterError, RuntimeBackend,
+    register_backend,
 };
 pub use virtual_memory::PhysicalHandle;
 

@@ -1,4 +1,7 @@
-//! Backends register themselves here with `inventory`; the facade opens one by name.
+//! Backends register themselves here: compiled-in ones with `inventory`, plugins loaded at
+//! run time through [`crate::register_backend`]; the facade opens one by name.
+
+use std::sync::{PoisonError, RwLock};
 
 use thiserror::Error;
 
@@ -36,18 +39,41 @@ pub struct BackendRegistration {
 
 inventory::collect!(BackendRegistration);
 
-/// Every backend linked into this binary, sorted by name.
+/// Registrations added at run time (plugins), beside the `inventory` ones. They live as long
+/// as the process: a loaded plugin is never unloaded.
+static RUNTIME_BACKENDS: RwLock<Vec<&'static BackendRegistration>> = RwLock::new(Vec::new());
+
+/// Adds a run-time registration (called by `crate::register_backend` once the name is
+/// known to be free).
+pub(crate) fn push_runtime_backend(registration: &'static BackendRegistration) {
+    RUNTIME_BACKENDS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(registration);
+}
+
+fn runtime_backends() -> Vec<&'static BackendRegistration> {
+    RUNTIME_BACKENDS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// Every backend of this process, sorted by name: those linked into this binary and those
+/// registered at run time (plugins).
 pub fn registered_backends() -> Vec<&'static BackendRegistration> {
     let mut all: Vec<_> = inventory::iter::<BackendRegistration>.into_iter().collect();
+    all.extend(runtime_backends());
     all.sort_by_key(|r| r.name);
     all
 }
 
-/// The registration named `name`, if it is linked in.
+/// The registration named `name`, if it is linked in or was registered at run time.
 pub fn find_backend(name: &str) -> Option<&'static BackendRegistration> {
     inventory::iter::<BackendRegistration>
         .into_iter()
         .find(|r| r.name == name)
+        .or_else(|| runtime_backends().into_iter().find(|r| r.name == name))
 }
 
 /// Why a backend could not be opened by name.
@@ -75,6 +101,14 @@ pub enum OpenError {
     /// The backend is linked in but cannot run here.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// A plugin named by `plugin:PATH` or `MEMREUSE_BACKEND_PLUGINS` could not be loaded.
+    #[error("backend `{name}`: {reason}")]
+    Plugin {
+        /// The name asked for.
+        name: String,
+        /// What was wrong with the plugin (file, versions, field).
+        reason: String,
+    },
 }
 
 /// Opens device `options.device` of the backend called `name`.

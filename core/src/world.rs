@@ -1,6 +1,7 @@
 //! Opening a whole communicating world of ranks by backend name (the conformance runner,
 //! tests, and single-process multi-device jobs).
 
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::comm::Communicator;
@@ -41,9 +42,28 @@ pub struct WorldRegistration {
 
 inventory::collect!(WorldRegistration);
 
-/// The world opener of backend `name`, if it registered one.
+/// World openers registered at run time (plugins), beside the `inventory` ones.
+static RUNTIME_WORLDS: RwLock<Vec<&'static WorldRegistration>> = RwLock::new(Vec::new());
+
+/// Adds a run-time world opener (called by `crate::register_backend`).
+pub(crate) fn push_runtime_world(registration: &'static WorldRegistration) {
+    RUNTIME_WORLDS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(registration);
+}
+
+/// The world opener of backend `name`, if it registered one (linked in or at run time).
 pub fn find_world(name: &str) -> Option<&'static WorldRegistration> {
     inventory::iter::<WorldRegistration>
         .into_iter()
         .find(|r| r.backend == name)
+        .or_else(|| {
+            RUNTIME_WORLDS
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .copied()
+                .find(|r| r.backend == name)
+        })
 }
