@@ -42,6 +42,9 @@ mod acl;
 mod events;
 mod harness;
 mod hccl;
+mod hccl_p2p;
+#[cfg(feature = "cann85")]
+mod hcomm_link;
 mod vm;
 
 use std::collections::HashMap;
@@ -318,28 +321,6 @@ unsafe fn write_out<T>(out: *mut T, value: T, null_code: i32) -> Result<(), i32>
     // SAFETY: not null (checked); valid for writes by the caller's contract.
     unsafe { out.write(value) };
     Ok(())
-}
-
-/// CANN 8.5 variant: hands the group functions to `libhcomm.so` (linked) when loaded.
-#[cfg(feature = "cann85")]
-mod hcomm_link {
-    type GroupFn = unsafe extern "C" fn() -> i32;
-
-    #[link(name = "hcomm")]
-    unsafe extern "C" {
-        fn memreuse_hcomm_register(start: GroupFn, end: GroupFn);
-    }
-
-    extern "C" fn register() {
-        // SAFETY: libhcomm.so is a dependency of this library, loaded and relocated before
-        // its initialisers run; both arguments are `extern "C"` functions of this library
-        // that catch their own panics.
-        unsafe { memreuse_hcomm_register(crate::hccl::HcclGroupStart, crate::hccl::HcclGroupEnd) };
-    }
-
-    #[used]
-    #[unsafe(link_section = ".init_array")]
-    static REGISTER: extern "C" fn() = register;
 }
 
 /// Harness: where the CANN 8.5 variant's `libhcomm.so` was built (null for the others).
