@@ -46,7 +46,9 @@ fn precedence_memreuse_then_generic_then_platform() {
         "PYTORCH_CUDA_ALLOC_CONF"
     );
     assert_eq!(
-        choose(AllocConfPlatform::Ascend, &all[2..]).unwrap().variable,
+        choose(AllocConfPlatform::Ascend, &all[2..])
+            .unwrap()
+            .variable,
         "PYTORCH_NPU_ALLOC_CONF"
     );
     // The mock and Vulkan read only the first two; CUDA never reads the NPU name.
@@ -162,7 +164,11 @@ fn the_used_variables_error_wins_and_an_overridden_invalid_one_is_ignored() {
 
 #[test]
 fn errors_in_memreuses_variable_keep_their_shape() {
-    let chosen = choose(AllocConfPlatform::Generic, &[("MEMREUSE_ALLOC_CONF", "bogus:1")]).unwrap();
+    let chosen = choose(
+        AllocConfPlatform::Generic,
+        &[("MEMREUSE_ALLOC_CONF", "bogus:1")],
+    )
+    .unwrap();
     assert!(matches!(
         chosen.parse(),
         Err(ConfigError::UnknownKey { key }) if key == "bogus"
@@ -225,7 +231,10 @@ fn pytorchs_other_keys_are_known_but_unsupported_not_typos() {
             }
         );
         let msg = err.to_string();
-        assert!(msg.contains("is known") && msg.contains("not supported"), "{msg}");
+        assert!(
+            msg.contains("is known") && msg.contains("not supported"),
+            "{msg}"
+        );
         assert!(!msg.contains("unknown key"), "{msg}");
     }
     let msg = AllocatorConfig::parse("release_lock_on_cudamalloc:True")

@@ -45,7 +45,11 @@ fn expandable_size_counts_the_unmapped_block_after() {
 fn best_fit_passes_over_a_block_that_could_grow() {
     let ix = two_candidates();
     let smallest = ix.lower_bound(S, PoolKind::Large, 16 * MIB).unwrap();
-    assert_eq!(smallest.addr, BASE + 22 * MIB, "plain best fit: the 18 MiB block");
+    assert_eq!(
+        smallest.addr,
+        BASE + 22 * MIB,
+        "plain best fit: the 18 MiB block"
+    );
     let slot = ix.best_fit(S, PoolKind::Large, 16 * MIB).unwrap();
     assert_eq!(
         ix.block(slot).ptr,

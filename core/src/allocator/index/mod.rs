@@ -31,6 +31,8 @@
 
 mod block;
 mod expandable;
+#[cfg(test)]
+mod expandable_fit_tests;
 mod figures;
 mod free_set;
 #[cfg(test)]
@@ -38,8 +40,6 @@ mod tests;
 mod victims;
 #[cfg(test)]
 mod victims_tests;
-#[cfg(test)]
-mod expandable_fit_tests;
 mod walk;
 
 use std::collections::BTreeMap;
