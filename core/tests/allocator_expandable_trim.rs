@@ -106,7 +106,7 @@ fn trim_keeps_reserved_at_live_where_pytorch_rule_grows() {
 }
 
 #[test]
-fn trim_bounds_reserved_with_default_20_mib_pages() {
+fn trim_stays_within_a_page_of_pytorchs_rule_with_default_20_mib_pages() {
     let (backend, alloc, [s0, _]) = setup("");
     let plain = {
         let shards = interleave(&backend, &alloc, &s0, false);
@@ -118,16 +118,19 @@ fn trim_bounds_reserved_with_default_20_mib_pages() {
     let shards = interleave(&backend, &alloc, &s0, false);
     let s = alloc.stats();
     assert_eq!(s.allocated_bytes.peak, plain.allocated_bytes.peak);
-    // PyTorch's rule maps most growing transients at the end: reserved grows far past
-    // live. The trim unmaps the whole pages of the old holes first.
+    // With 20 MiB pages PyTorch's best fit by expandable size already puts the transients
+    // into the old holes (it passes over the growable block at the end), so reserved stays
+    // within a page of live (160 MiB for 158). The trim, which unmaps whole pages of those
+    // holes before a growth, then costs up to one page more here (180 MiB): measured and
+    // documented in docs/expandable-segments.md; this bounds it.
     assert!(
-        plain.reserved_bytes.peak >= 3 * plain.allocated_bytes.peak,
+        plain.reserved_bytes.peak < plain.allocated_bytes.peak + 20 * MIB,
         "PyTorch's rule {} MiB for {} MiB live",
         plain.reserved_bytes.peak / MIB,
         plain.allocated_bytes.peak / MIB
     );
     assert!(
-        2 * s.reserved_bytes.peak < plain.reserved_bytes.peak,
+        s.reserved_bytes.peak <= plain.reserved_bytes.peak + 20 * MIB,
         "trim {} MiB, PyTorch's rule {} MiB",
         s.reserved_bytes.peak / MIB,
         plain.reserved_bytes.peak / MIB

@@ -1,5 +1,5 @@
-//! `MEMREUSE_ALLOC_CONF`: the allocator's configuration string, in PyTorch's
-//! `PYTORCH_CUDA_ALLOC_CONF` syntax.
+//! The allocator's configuration string, in PyTorch's `PYTORCH_ALLOC_CONF` syntax (which
+//! variable it is read from: `config_env.rs`).
 //!
 //! Comma-separated `key:value` pieces; the value of `roundup_power2_divisions` may be a
 //! bracketed list whose own commas do not separate pieces. Every malformed string is a typed
@@ -9,6 +9,10 @@
 
 use thiserror::Error;
 
+use super::config_keys::{
+    KeyOrigin, NPU_LAZY_RECLAIM_KEY, NPU_PAGE_SIZE_1G, NPU_PAGE_SIZE_KEY, canonical_key,
+    known_unsupported,
+};
 use super::sizes::ROUNDUP_INTERVALS;
 use crate::error::clip;
 
@@ -22,13 +26,15 @@ fn shown(v: &str) -> String {
     }
 }
 
-/// The environment variable [`AllocatorConfig::from_env`] reads.
+/// memreuse's own configuration variable, the first [`AllocatorConfig::from_env`] reads (it
+/// wins over PyTorch's names). Error messages of [`AllocatorConfig::parse`] start with it.
 pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 
 /// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
      roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments, \
-     expandable_segments_page_size_mb, expandable_segments_trim";
+     expandable_segments_page_size_mb, expandable_segments_trim; torch_npu's \
+     multi_stream_lazy_reclaim and page_size:1g";
 
 /// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
 /// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
@@ -111,6 +117,27 @@ pub enum ConfigError {
     UnknownKey {
         /// The key as written.
         key: String,
+    },
+    /// A key PyTorch or torch_npu accepts that memreuse does not implement (not a typo).
+    #[error(
+        "{ALLOC_CONF_ENV}: key {} is known ({}) but not supported by memreuse: remove it (memreuse's keys: {VALID_KEYS})",
+        shown(key),
+        origin.describe()
+    )]
+    KnownUnsupported {
+        /// The key as written.
+        key: String,
+        /// Which allocator accepts it.
+        origin: KeyOrigin,
+    },
+    /// An error in a variable other than [`ALLOC_CONF_ENV`]: the message names that variable
+    /// instead (built by [`crate::allocator::ChosenConf::parse`]).
+    #[error("{}", error.to_string().replacen(ALLOC_CONF_ENV, variable, 1))]
+    InVariable {
+        /// The variable the string was read from.
+        variable: &'static str,
+        /// What was wrong with it.
+        error: Box<ConfigError>,
     },
     /// A piece without `:` between key and value.
     #[error(
@@ -425,7 +452,16 @@ impl AllocatorConfig {
                         true,
                     )?);
                 }
-                "lazy_reclaim" => cfg.lazy_reclaim = parse_bool(key, value)?,
+                "lazy_reclaim" | NPU_LAZY_RECLAIM_KEY => cfg.lazy_reclaim = parse_bool(key, value)?,
+                NPU_PAGE_SIZE_KEY => {
+                    cfg.expandable_segments_page_size = (value == NPU_PAGE_SIZE_1G.0)
+                        .then_some(NPU_PAGE_SIZE_1G.1)
+                        .ok_or_else(|| ConfigError::BadValue {
+                            key: key.to_owned(),
+                            value: value.to_owned(),
+                            expected: "`1g` (torch_npu's only page size; expandable_segments_page_size_mb takes any whole MiB)",
+                        })?;
+                }
                 "expandable_segments" => cfg.expandable_segments = parse_bool(key, value)?,
                 "expandable_segments_trim" => {
                     cfg.expandable_segments_trim = parse_bool(key, value)?;
@@ -442,12 +478,20 @@ impl AllocatorConfig {
                         })?;
                 }
                 _ => {
-                    return Err(ConfigError::UnknownKey {
-                        key: key.to_owned(),
+                    return Err(match known_unsupported(key) {
+                        Some(origin) => ConfigError::KnownUnsupported {
+                            key: key.to_owned(),
+                            origin,
+                        },
+                        None => ConfigError::UnknownKey {
+                            key: key.to_owned(),
+                        },
                     });
                 }
             }
-            if seen.contains(&key) {
+            // torch_npu's spellings count as the memreuse key they stand for, so
+            // `page_size:1g,expandable_segments_page_size_mb:20` is a duplicate.
+            if seen.iter().any(|k| canonical_key(k) == canonical_key(key)) {
                 return Err(ConfigError::DuplicateKey {
                     key: key.to_owned(),
                 });
@@ -456,8 +500,11 @@ impl AllocatorConfig {
         }
         for key in [
             "expandable_segments_page_size_mb",
+            NPU_PAGE_SIZE_KEY,
             "expandable_segments_trim",
         ] {
+            // torch_npu's `page_size:1g` without expandable segments asks for 1 GiB huge pages
+            // in ordinary segments, which memreuse does not model: refused the same way.
             if seen.contains(&key) && !cfg.expandable_segments {
                 return Err(ConfigError::Requires {
                     key: key.to_owned(),
@@ -472,15 +519,6 @@ impl AllocatorConfig {
             });
         }
         Ok(cfg)
-    }
-
-    /// Reads [`ALLOC_CONF_ENV`]; unset or empty after trimming gives the defaults.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        match std::env::var(ALLOC_CONF_ENV) {
-            Ok(s) => Self::parse(&s),
-            Err(std::env::VarError::NotPresent) => Ok(Self::default()),
-            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode),
-        }
     }
 
     /// The same configuration with a trace ring buffer of `capacity` entries (0 turns

@@ -41,6 +41,8 @@ mod alloc_error;
 mod caching;
 mod callbacks;
 mod config;
+mod config_env;
+mod config_keys;
 mod events;
 mod expandable;
 mod expandable_segment;
@@ -64,6 +66,8 @@ pub use callbacks::CallbackId;
 pub use config::{
     ALLOC_CONF_ENV, AllocatorConfig, ConfigError, DEFAULT_TRACE_CAPACITY, VALID_KEYS,
 };
+pub use config_env::{AllocConfPlatform, ChosenConf, PYTORCH_ALLOC_CONF_ENVS};
+pub use config_keys::{KNOWN_UNSUPPORTED_KEYS, KeyOrigin};
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
 pub use oom::{

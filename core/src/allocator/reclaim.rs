@@ -58,7 +58,8 @@ impl<B: Backend> State<B> {
     /// PyTorch's `garbage_collect_cached_blocks`: with a per-process limit and a GC
     /// threshold, once reserved memory passes threshold x limit, release unsplit large
     /// cached blocks, oldest (by mallocs since they were cached) first, until the excess is
-    /// reclaimed. No synchronization.
+    /// reclaimed. No synchronization. Releases nothing with expandable segments, as PyTorch
+    /// (`BlockIndex::gc_victims`).
     pub fn garbage_collect(&mut self, su: &Setup<B>) -> Result<(), BackendError> {
         let Some(threshold) = su.config.garbage_collection_threshold else {
             return Ok(());
@@ -72,11 +73,7 @@ impl<B: Backend> State<B> {
             return Ok(());
         }
         let target = reserved - gc_threshold;
-        if su.config.expandable_segments {
-            // Free pages of the large pool, oldest free blocks first.
-            self.unmap_free_pages(su, Some(PoolKind::Large), Some(target))?;
-            return Ok(());
-        }
+        // With expandable segments the victims are none (PyTorch skips expandable blocks).
         for slot in self.index.gc_victims(target) {
             self.release_segment(su, slot)?;
         }

@@ -16,6 +16,7 @@
 use crate::ids::StreamId;
 
 use super::super::sizes::{MIN_BLOCK_SIZE, PoolKind};
+use super::free_set::FreeKey;
 use super::{Block, BlockIndex, Segment, SlotState};
 
 /// PyTorch's `should_split` with expandable segments: the remainder is a block of its own
@@ -43,6 +44,42 @@ impl BlockIndex {
     pub fn set_expandable(&mut self, on: bool) {
         debug_assert!(self.segments.is_empty());
         self.expandable = on;
+    }
+
+    /// A free block's "expandable size" (PyTorch's `get_free_block`): its size plus the
+    /// unmapped range right after it, which a growth from this block would map.
+    pub(super) fn expandable_size(&self, slot: u32) -> u64 {
+        let b = self.block(slot);
+        let after = b
+            .next
+            .map(|n| self.block(n))
+            .filter(|n| n.state == SlotState::Unmapped)
+            .map_or(0, |n| n.size);
+        b.size + after
+    }
+
+    /// PyTorch's best fit with expandable segments: from the smallest free block that fits,
+    /// walk forward in (size, address) order while the next block's expandable size is
+    /// smaller than the current one's, so a block followed by unmapped space (which could
+    /// grow) is passed over for one that grows less. Comparisons are between neighbours in
+    /// the walk, as PyTorch's loop does, not against the smallest seen.
+    pub(super) fn expandable_best_fit(
+        &self,
+        stream: StreamId,
+        pool: PoolKind,
+        size: u64,
+    ) -> Option<FreeKey> {
+        let mut walk = self.free_set(stream, pool)?.at_least(size);
+        let mut best = walk.next()?;
+        let mut best_grows = self.expandable_size(best.slot);
+        for next in walk {
+            let grows = self.expandable_size(next.slot);
+            if grows >= best_grows {
+                break;
+            }
+            (best, best_grows) = (next, grows);
+        }
+        Some(best)
     }
 
     /// A new expandable segment: `size` reserved bytes at `base` for `stream`'s `pool`, one

@@ -238,10 +238,22 @@ impl FreeSet {
 
     /// Every block in ascending (size, address) order.
     pub fn iter(&self) -> impl Iterator<Item = FreeKey> + '_ {
+        self.classes_from(0)
+    }
+
+    /// The blocks of at least `size` bytes in ascending (size, address) order: the first is
+    /// [`FreeSet::lower_bound`], the rest are what an ordered set's iterator walks past it.
+    pub fn at_least(&self, size: u64) -> impl Iterator<Item = FreeKey> + '_ {
+        self.classes_from(class_of(size))
+            .skip_while(move |k| k.size < size)
+    }
+
+    /// Every block of class `first` and above, ascending.
+    fn classes_from(&self, first: usize) -> impl Iterator<Item = FreeKey> + '_ {
         let mut class = if self.len == 0 {
             None
         } else {
-            self.next_class(0)
+            self.next_class(first)
         };
         let mut cur: std::slice::Iter<'_, FreeKey> = [].iter();
         std::iter::from_fn(move || {

@@ -31,6 +31,8 @@
 
 mod block;
 mod expandable;
+#[cfg(test)]
+mod expandable_fit_tests;
 mod figures;
 mod free_set;
 #[cfg(test)]
@@ -298,7 +300,11 @@ impl BlockIndex {
     /// oversize rules.
     #[inline]
     pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
-        let key = self.lower_bound(stream, pool, size)?;
+        let key = if self.expandable {
+            self.expandable_best_fit(stream, pool, size)?
+        } else {
+            self.lower_bound(stream, pool, size)?
+        };
         let max_split = self.max_split_size;
         // An oversize block is not handed to a request that could be split for.
         if size < max_split && key.size >= max_split {

@@ -7,7 +7,8 @@
 //! - [`BlockIndex::oversize_victims`]: cached oversize segments of one stream to release
 //!   for a request (PyTorch's `release_available_cached_blocks`).
 //! - [`BlockIndex::gc_victims`]: unsplit large cached segments, oldest first, until an
-//!   excess is reclaimed (PyTorch's `garbage_collect_cached_blocks`).
+//!   excess is reclaimed (PyTorch's `garbage_collect_cached_blocks`); none with expandable
+//!   segments, as PyTorch.
 //! - [`BlockIndex::spared_run`]: the free blocks of the run an expandable growth extends,
 //!   which the trim before that growth leaves mapped.
 //! - [`BlockIndex::unmap_work`]: the whole free pages of expandable segments, in the order
@@ -104,7 +105,15 @@ impl BlockIndex {
     /// to release, in order, until at least `target` bytes are reclaimed (all of them if
     /// they hold less). Each round releases every candidate at least as old (in allocate
     /// calls since it became free) as the candidates' average age.
+    ///
+    /// With expandable segments nothing is released: PyTorch's loop skips every block of an
+    /// expandable segment (`!block->expandable_segment_`; `release_block` asserts it), and
+    /// with `expandable_segments:True` every memreuse segment is one. Its free pages are
+    /// unmapped only by `empty_cache` and the out-of-memory chain, as in PyTorch.
     pub fn gc_victims(&self, target: u64) -> Vec<u32> {
+        if self.expandable {
+            return Vec::new();
+        }
         let now = self.clock();
         let mut candidates: Vec<(u32, u64, u64)> = self
             .free_blocks(PoolKind::Large)
