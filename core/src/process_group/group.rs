@@ -10,6 +10,7 @@ use super::policy::WorkTensors;
 use super::settings::PgSettings;
 use super::shared::PgShared;
 use super::span::WorkSpan;
+use super::sync_path::SyncCollectives;
 use super::watchdog::Watchdog;
 use super::work::Work;
 use super::work_state::WorkState;
@@ -176,9 +177,11 @@ impl<B: Backend> ProcessGroup<B> {
         self.shared.first_failure.lock().clone()
     }
 
-    /// Issues one work: the comm stream waits on `current`, the policy protects the
+    /// Issues one work. An asynchronous one (and, with [`SyncCollectives::CommStream`], a
+    /// synchronous one): the comm stream waits on `current`, the policy protects the
     /// tensors, `launch` enqueues the operation, the end event is recorded; a synchronous
-    /// operation (`async_op` false) is waited at once.
+    /// operation (`async_op` false) is waited at once. A synchronous one on
+    /// [`SyncCollectives::CurrentStream`] goes to [`ProcessGroup::issue_on_current`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn issue(
         &self,
@@ -191,14 +194,9 @@ impl<B: Backend> ProcessGroup<B> {
         launch: impl FnOnce(&dyn Communicator<B>, &B::Stream) -> Result<(), CommError>,
     ) -> Result<Work<B>, PgError> {
         let sh = &self.shared;
-        sh.release_completed();
-        if sh.aborted.load(Ordering::Acquire) {
-            return Err(PgError::Aborted {
-                reason: "the process group was aborted".to_owned(),
-            });
-        }
-        if let Some(e) = sh.comm.async_error() {
-            return Err(PgError::Communicator(e));
+        self.admit()?;
+        if !async_op && sh.settings.sync_collectives == SyncCollectives::CurrentStream {
+            return self.issue_on_current(op, kind, current, launch);
         }
         let backend = sh.allocator.backend();
         // The comm stream must not start before the current stream produced the inputs.
@@ -232,6 +230,63 @@ impl<B: Backend> ProcessGroup<B> {
             work.wait(current)?;
         }
         Ok(work)
+    }
+
+    /// A synchronous operation as PyTorch 2.8+ issues it: enqueued on `current` itself.
+    /// Stream order protects its tensors (whatever runs on `current` next, a free and
+    /// re-allocation included, runs after it), so the policy is not consulted: no hop
+    /// event, no `record_stream`, no stash. The end event stays, on `current`, so the
+    /// watchdog still sees a failure or a timeout ([`ProcessGroup::first_failure`]) and a
+    /// blocking wait has something to wait for.
+    fn issue_on_current(
+        &self,
+        op: &'static str,
+        kind: CommKind,
+        current: &B::Stream,
+        launch: impl FnOnce(&dyn Communicator<B>, &B::Stream) -> Result<(), CommError>,
+    ) -> Result<Work<B>, PgError> {
+        let sh = &self.shared;
+        let backend = sh.allocator.backend();
+        let state = Arc::new(WorkState::new(
+            WorkId::fresh(),
+            op,
+            kind,
+            backend.create_event()?,
+        ));
+        if let Err(source) = launch(sh.comm.as_ref(), current) {
+            sh.fail_work(
+                &state,
+                PgError::Comm {
+                    op,
+                    work: state.id,
+                    source,
+                },
+            );
+        }
+        backend.record_event(&state.end_event, current)?;
+        sh.counters.works_issued.fetch_add(1, Ordering::Relaxed);
+        sh.work_issued(Arc::clone(&state));
+        sh.finish_on_current(&state)?;
+        Ok(Work {
+            state,
+            group: Arc::clone(sh),
+        })
+    }
+
+    /// What every operation does first: release what completed works hold, then refuse
+    /// to issue on an aborted group or a communicator that reported an error.
+    fn admit(&self) -> Result<(), PgError> {
+        let sh = &self.shared;
+        sh.release_completed();
+        if sh.aborted.load(Ordering::Acquire) {
+            return Err(PgError::Aborted {
+                reason: "the process group was aborted".to_owned(),
+            });
+        }
+        if let Some(e) = sh.comm.async_error() {
+            return Err(PgError::Communicator(e));
+        }
+        Ok(())
     }
 }
 

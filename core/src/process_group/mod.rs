@@ -6,7 +6,8 @@
 
 // The layers, lowest first; a file names only files of its own layer or below (checked
 // by `.ci/import-circles`):
-// 1. plain types: buffer, checks, counters, error, handoff, kind, mode, shelf, span;
+// 1. plain types: buffer, checks, counters, error, handoff, kind, mode, shelf, span,
+//    sync_path;
 // 2. the policies (`policy/`): a work seen only as its id and what the policy holds;
 // 3. settings (the policy choice), work_state;
 // 4. shared (with its impl files oom_explain and unwaited);
@@ -30,6 +31,7 @@ mod settings;
 mod shared;
 mod shelf;
 mod span;
+mod sync_path;
 mod unwaited;
 mod watchdog;
 mod work;
@@ -49,4 +51,5 @@ pub use p2p::P2pOp;
 pub use settings::PolicyChoice;
 pub use shelf::TensorShelf;
 pub use span::{WORK_SPAN_CAPACITY, WorkSpan};
+pub use sync_path::{ParseSyncCollectivesError, SyncCollectives};
 pub use work::Work;

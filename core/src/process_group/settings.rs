@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::mode::ReuseMode;
 use super::policy::{Erase, RecordStream, ReusePolicy, Stash};
+use super::sync_path::SyncCollectives;
 use crate::backend::Backend;
 
 /// Which policy a group runs: one of the public modes, or (with the `negative-control`
@@ -41,4 +42,6 @@ pub(crate) struct PgSettings {
     pub(crate) watchdog_interval: Option<Duration>,
     pub(crate) blocking_wait: bool,
     pub(crate) unwaited_warning_after: Duration,
+    /// Where synchronous collectives run.
+    pub(crate) sync_collectives: SyncCollectives,
 }
