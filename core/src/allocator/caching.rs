@@ -59,6 +59,8 @@ pub struct CachingAllocator<B: Backend> {
     config: AllocatorConfig,
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
+    /// Last-resort callbacks (they may block), called only when the chain found no memory.
+    pressure_callbacks: Registry<FreeMemoryCallback>,
     oom_observers: Registry<OomObserver>,
     /// Process groups' contributions to the `OutOfMemory` culprits (op names, shelves).
     oom_explainers: Registry<OomExplainer>,
@@ -136,6 +138,7 @@ impl<B: Backend> CachingAllocator<B> {
             config,
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
+            pressure_callbacks: Registry::new(),
             oom_observers: Registry::new(),
             oom_explainers: Registry::new(),
             use_ledger: Mutex::new(None),
@@ -163,7 +166,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Chain: process completed events -> best fit -> free-memory callbacks, best fit ->
     /// garbage collection -> new segment -> release cached oversize blocks, new segment ->
     /// synchronize pending events and release all unsplit cached blocks, best fit, new
-    /// segment -> out of memory (trace entry, `num_ooms`, observers, error).
+    /// segment -> memory-pressure callbacks, then the release and retry again while they
+    /// free something -> out of memory (trace entry, `num_ooms`, observers, error).
     pub fn allocate(
         self: &Arc<Self>,
         bytes: u64,
@@ -286,6 +290,9 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(slot) = st.alloc_segment(req, true)? {
             return Ok(st.hand_out(slot, req));
         }
+        if let Some(out) = self.relieve_pressure(st, req)? {
+            return Ok(out);
+        }
         let (info, mut err) = st.out_of_memory(req);
         err.culprits.merge_pending(pending_at_miss);
         // The snapshot shows the moment of failure: before observers free anything.
@@ -306,6 +313,37 @@ impl<B: Backend> CachingAllocator<B> {
             err.culprits.sort();
         });
         Err(AllocError::OutOfMemory(Box::new(err)))
+    }
+
+    /// The last step before out of memory: the memory-pressure callbacks (which may block,
+    /// so only now) run without the lock; while one freed something, the cache is released
+    /// and the request retried.
+    #[cold]
+    fn relieve_pressure(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State<B>>,
+        req: &Request<'_, B>,
+    ) -> Result<Option<HandOut>, AllocError> {
+        while !self.pressure_callbacks.is_empty() {
+            let freed = parking_lot::MutexGuard::unlocked(st, || {
+                let mut freed = false;
+                for cb in self.pressure_callbacks.snapshot() {
+                    freed |= cb();
+                }
+                freed
+            });
+            if !freed {
+                break;
+            }
+            st.release_cached()?;
+            if let Some(out) = st.serve(req) {
+                return Ok(Some(out));
+            }
+            if let Some(slot) = st.alloc_segment(req, true)? {
+                return Ok(Some(st.hand_out(slot, req)));
+            }
+        }
+        Ok(None)
     }
 
     /// Drops one handle of `block`; the last one frees the block.
@@ -468,6 +506,21 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Registers a memory-pressure callback: the last resort of an allocation about to fail
+    /// (after the free-memory callbacks, the cache release and the synchronization of
+    /// pending frees), called without the allocator lock. Unlike a free-memory callback it
+    /// may block (a process group waits there for in-flight works whose shelves hold
+    /// memory). While any returns true, the allocator releases its cache, retries, and
+    /// calls them again if the request still does not fit.
+    pub fn add_memory_pressure_callback(&self, cb: Arc<FreeMemoryCallback>) -> CallbackId {
+        self.pressure_callbacks.add(cb)
+    }
+
+    /// Unregisters a memory-pressure callback.
+    pub fn remove_memory_pressure_callback(&self, id: CallbackId) {
+        self.pressure_callbacks.remove(id);
     }
 
     /// Starts recording which streams each hand-out is declared to be used on (the last

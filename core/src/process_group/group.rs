@@ -33,6 +33,7 @@ pub struct ProcessGroup<B: Backend> {
     shared: Arc<PgShared<B>>,
     watchdog: Option<Watchdog>,
     oom_callback: CallbackId,
+    pressure_callback: CallbackId,
     oom_explainer: CallbackId,
 }
 
@@ -54,6 +55,15 @@ impl<B: Backend> ProcessGroup<B> {
             weak.upgrade()
                 .is_some_and(|s| s.release_completed_for_oom())
         }));
+        // When the allocation would fail even so, it asks us again, and we may wait for
+        // works still in flight (mode 2's shelves hold memory only a completion returns).
+        let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
+        let pressure_callback =
+            shared
+                .allocator
+                .add_memory_pressure_callback(Arc::new(move || {
+                    weak.upgrade().is_some_and(|s| s.release_inflight_for_oom())
+                }));
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
         let oom_explainer = shared.allocator.add_oom_explainer(Arc::new(
             move |culprits: &mut crate::allocator::OomCulprits| {
@@ -76,6 +86,7 @@ impl<B: Backend> ProcessGroup<B> {
             shared,
             watchdog,
             oom_callback,
+            pressure_callback,
             oom_explainer,
         })
     }
@@ -297,6 +308,9 @@ impl<B: Backend> Drop for ProcessGroup<B> {
         self.shared
             .allocator
             .remove_free_memory_callback(self.oom_callback);
+        self.shared
+            .allocator
+            .remove_memory_pressure_callback(self.pressure_callback);
         self.shared
             .allocator
             .remove_oom_explainer(self.oom_explainer);
