@@ -10,7 +10,7 @@
 //    sync_path;
 // 2. the policies (`policy/`): a work seen only as its id and what the policy holds;
 // 3. settings (the policy choice), work_state;
-// 4. shared (with its impl files oom_explain and unwaited);
+// 4. shared (with its impl files oom_explain, pressure and unwaited);
 // 5. work (the user's handle), watchdog;
 // 6. group, with collectives and p2p, its operations;
 // 7. builder.
@@ -27,6 +27,7 @@ mod mode;
 mod oom_explain;
 mod p2p;
 mod policy;
+mod pressure;
 mod settings;
 mod shared;
 mod shelf;

@@ -328,52 +328,6 @@ impl<B: Backend> PgShared<B> {
         drained || handed > 0 || drained_again
     }
 
-    /// The allocator's memory-pressure callback (an allocation is about to fail): first
-    /// what completed since the free-memory callback ran; failing that, waits on this
-    /// thread for the oldest in-flight work whose shelf holds memory nobody waited for,
-    /// up to the group's timeout (past it the work fails as a timeout, as the watchdog
-    /// would fail it), and releases it. One work per call: the allocator retries, and
-    /// calls again while the request still does not fit. A work that failed is released
-    /// as every failed work is (its error stays, for `wait()` and `first_failure`).
-    pub(super) fn release_inflight_for_oom(&self) -> bool {
-        if self.release_completed_for_oom() {
-            return true;
-        }
-        let candidates: Vec<Arc<WorkState<B>>> = self
-            .inflight
-            .lock()
-            .iter()
-            .filter(|w| !w.held.shelf.is_waited() && !w.held.shelf.is_empty())
-            .cloned()
-            .collect();
-        // Oldest first among the works whose shelf alone keeps a storage alive (releasing
-        // those frees memory); failing that, the oldest shelf at all (a tensor on two
-        // shelves is freed by the second release).
-        let alone = |w: &WorkState<B>| {
-            w.held.shelf.with_items(|items| {
-                items
-                    .iter()
-                    .any(|s| self.allocator.handle_count(s.block_ref()) == 1)
-            })
-        };
-        let Some(work) = candidates
-            .iter()
-            .find(|w| alone(w))
-            .or_else(|| candidates.first())
-            .cloned()
-        else {
-            return false;
-        };
-        self.counters
-            .works_waited_by_oom_callback
-            .fetch_add(1, Ordering::Relaxed);
-        if !self.block_until_done(&work, work.issued_at + self.settings.timeout) {
-            // The deadline passed between two polls: this observation fails it.
-            self.observe(&work);
-        }
-        self.release_completed_for_oom()
-    }
-
     /// Shutdown: wait for (or abort) in-flight work, then release everything held.
     pub(super) fn shutdown(&self) {
         let works: Vec<Arc<WorkState<B>>> = std::mem::take(&mut *self.inflight.lock());
