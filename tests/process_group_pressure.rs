@@ -39,7 +39,10 @@ fn capped(mode: ReuseMode, alloc: &str) -> Setup {
 
 #[test]
 fn every_mode_fits_a_tensor_freed_while_its_collective_runs_under_a_device_cap() {
-    for alloc in ["", "expandable_segments:True,expandable_segments_page_size_mb:2"] {
+    for alloc in [
+        "",
+        "expandable_segments:True,expandable_segments_page_size_mb:2",
+    ] {
         for mode in ReuseMode::ALL {
             let out = run(&capped(mode, alloc), |r| {
                 let c = &r.compute;
@@ -174,7 +177,10 @@ fn the_wait_is_bounded_by_the_group_timeout() {
         ),
         "{err:?}"
     );
-    assert!(aborted, "a timeout aborts the group, as the watchdog's does");
+    assert!(
+        aborted,
+        "a timeout aborts the group, as the watchdog's does"
+    );
     assert_eq!(waited, 1);
 }
 
@@ -198,7 +204,10 @@ fn the_never_waited_warning_sees_a_shelf_handed_off_in_the_same_pass() {
         (after_pass, r.pg.stats().never_waited_warnings)
     });
     for (after_pass, at_end) in out.values {
-        assert_eq!(after_pass, 1, "warned in the pass that handed the shelf off");
+        assert_eq!(
+            after_pass, 1,
+            "warned in the pass that handed the shelf off"
+        );
         assert_eq!(at_end, 1, "once per work");
     }
 }

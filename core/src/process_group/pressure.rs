@@ -16,21 +16,21 @@ impl<B: Backend> PgShared<B> {
     /// The allocator's memory-pressure callback (an allocation is about to fail): first
     /// what completed since the free-memory callback ran; failing that, waits on this
     /// thread for the oldest in-flight, never-waited work whose shelf alone keeps a
-    /// dropped tensor alive (releasing any other frees nothing), up to the group's timeout (past it the work fails as a timeout, as the watchdog
-    /// would fail it), and releases it. One work per call: the allocator retries, and
+    /// dropped tensor alive (releasing any other frees nothing), up to the group's
+    /// timeout (past it the work fails as a timeout, as the watchdog would fail it), and
+    /// releases it. One work per call: the allocator retries, and
     /// calls again while the request still does not fit. A work that failed is released
     /// as every failed work is (its error stays, for `wait()` and `first_failure`).
     pub(super) fn release_inflight_for_oom(&self) -> bool {
+        // Nothing shelved, nothing handed off: no scan either (modes 0, 1 and 3; a scan
+        // would drop completed works whose names the OOM message still wants).
+        if self.shelf_holders().is_empty() && self.to_unstash.is_empty() {
+            return false;
+        }
         if self.release_completed_for_oom() {
             return true;
         }
-        let candidates: Vec<Arc<WorkState<B>>> = self
-            .inflight
-            .lock()
-            .iter()
-            .filter(|w| !w.held.shelf.is_waited() && !w.held.shelf.is_empty())
-            .cloned()
-            .collect();
+        let candidates = self.shelf_holders();
         // Only a release that frees memory is worth the wait: the oldest work holding a
         // storage that nothing but these shelves keeps alive (the user dropped it; a
         // tensor on two shelves counts once per shelf).
@@ -67,5 +67,15 @@ impl<B: Backend> PgShared<B> {
             self.observe(&work);
         }
         self.release_completed_for_oom()
+    }
+
+    /// In-flight works never waited whose shelf holds something, oldest first.
+    fn shelf_holders(&self) -> Vec<Arc<WorkState<B>>> {
+        self.inflight
+            .lock()
+            .iter()
+            .filter(|w| !w.held.shelf.is_waited() && !w.held.shelf.is_empty())
+            .cloned()
+            .collect()
     }
 }
