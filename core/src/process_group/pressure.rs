@@ -18,9 +18,9 @@ impl<B: Backend> PgShared<B> {
     /// thread for the oldest in-flight, never-waited work whose shelf alone keeps a
     /// dropped tensor alive (releasing any other frees nothing), up to the group's
     /// timeout (past it the work fails as a timeout, as the watchdog would fail it), and
-    /// releases it. One work per call: the allocator retries, and
-    /// calls again while the request still does not fit. A work that failed is released
-    /// as every failed work is (its error stays, for `wait()` and `first_failure`).
+    /// releases it. One work per call: the allocator retries, and calls again while the
+    /// request still does not fit. A work that failed is released as every failed work
+    /// is (its error stays, for `wait()` and `first_failure`).
     pub(super) fn release_inflight_for_oom(&self) -> bool {
         // Nothing shelved, nothing handed off: no scan either (modes 0, 1 and 3; a scan
         // would drop completed works whose names the OOM message still wants).
