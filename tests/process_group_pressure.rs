@@ -50,16 +50,16 @@ fn every_mode_fits_a_tensor_freed_while_its_collective_runs_under_a_device_cap()
                 let w = r.pg.all_reduce(&t, ReduceOp::Sum, c, true).unwrap();
                 drop(t);
                 // 12 + 16 MiB do not fit in 24: served only once the 12 MiB come back.
-                let u = r.allocator.allocate(REQUEST, c).map(|u| {
-                    r.fill(&u, 9.0, c);
-                    r.read(&u, c)[0]
+                let served = r.allocator.allocate(REQUEST, c).map(|big| {
+                    r.fill(&big, 9.0, c);
+                    r.read(&big, c)[0]
                 });
                 w.wait(c).unwrap();
-                let s = r.pg.stats();
+                let stats = r.pg.stats();
                 (
-                    u.map_err(|e| e.to_string()),
-                    s.works_waited_by_oom_callback,
-                    s.shelf_released_by_oom_callback,
+                    served.map_err(|e| e.to_string()),
+                    stats.works_waited_by_oom_callback,
+                    stats.shelf_released_by_oom_callback,
                 )
             });
             let what = format!("mode {mode} `{alloc}`");

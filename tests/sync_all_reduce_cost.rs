@@ -49,7 +49,8 @@ fn sync_all_reduce_loop() {
     let c = device.default_stream();
     let t = allocator.allocate(4096, &c).expect("tensor");
     for _ in 0..ops {
-        pg.all_reduce(&t, ReduceOp::Sum, &c, false).expect("all_reduce");
+        pg.all_reduce(&t, ReduceOp::Sum, &c, false)
+            .expect("all_reduce");
     }
     device.synchronize_device().expect("sync");
     drop(t);
