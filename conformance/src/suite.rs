@@ -11,10 +11,9 @@ pub struct SuiteEntry {
     pub valid: ValidSchedule,
     /// Whether the negative control must report a reuse race on it: true exactly when the
     /// schedule frees a tensor while a collective may still use it and then re-allocates
-    /// and touches that memory from an op the comm stream does not order (fsdp, for
-    /// instance, frees a gradient before its reduce_scatter is waited, and the memory is
-    /// next written by the next layer's synchronous all_gather, which runs on the current
-    /// stream as in PyTorch 2.8+: on the comm-stream path, stream order protected it). CI
+    /// and touches that memory from a non-communication op (fsdp, for instance, frees a
+    /// gradient before its reduce_scatter is waited, but the memory is next written by
+    /// an all_gather on the same comm stream, which stream order already protects). CI
     /// asserts exactly this list.
     pub negative_control_finds_reuse_race: bool,
 }
@@ -125,11 +124,7 @@ pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
         "builtin" => {
             let mut entries: Vec<SuiteEntry> = vec![
                 preset("ddp", None, &d, true),
-                // True since synchronous collectives run on the current stream (issue 26):
-                // backward's synchronous all_gather writes a gradient the negative control
-                // freed under its in-flight reduce_scatter (it used to queue behind it on
-                // the comm stream).
-                preset("fsdp", None, &d, true),
+                preset("fsdp", None, &d, false),
                 preset("tp", None, &d, false),
                 preset("ep", None, &d, false),
                 preset("pp", None, &d, false),
