@@ -98,7 +98,9 @@ impl<B: Backend> ProcessGroupBuilder<B> {
     /// no comm-stream hop and nothing for the reuse policy to protect.
     /// [`SyncCollectives::CommStream`] keeps the path of PyTorch <= 2.7 and torch_npu
     /// (hop to the comm stream under the policy, then an immediate `wait()`). Asynchronous
-    /// operations are the same either way. Sub-groups inherit it.
+    /// operations are the same either way. Sub-groups inherit it. The negative control
+    /// (conformance runner only) keeps the comm-stream path, whose ordering its declared
+    /// races describe.
     #[must_use]
     pub fn sync_collectives(mut self, path: SyncCollectives) -> Self {
         self.sync_collectives = path;

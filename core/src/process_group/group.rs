@@ -10,7 +10,6 @@ use super::policy::WorkTensors;
 use super::settings::PgSettings;
 use super::shared::PgShared;
 use super::span::WorkSpan;
-use super::sync_path::SyncCollectives;
 use super::watchdog::Watchdog;
 use super::work::Work;
 use super::work_state::WorkState;
@@ -188,11 +187,11 @@ impl<B: Backend> ProcessGroup<B> {
         self.shared.first_failure.lock().clone()
     }
 
-    /// Issues one work. An asynchronous one (and, with [`SyncCollectives::CommStream`], a
+    /// Issues one work. An asynchronous one (and, with [`super::SyncCollectives::CommStream`], a
     /// synchronous one): the comm stream waits on `current`, the policy protects the
     /// tensors, `launch` enqueues the operation, the end event is recorded; a synchronous
     /// operation (`async_op` false) is waited at once. A synchronous one on
-    /// [`SyncCollectives::CurrentStream`] goes to [`ProcessGroup::issue_on_current`].
+    /// [`super::SyncCollectives::CurrentStream`] goes to [`ProcessGroup::issue_on_current`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn issue(
         &self,
@@ -206,7 +205,7 @@ impl<B: Backend> ProcessGroup<B> {
     ) -> Result<Work<B>, PgError> {
         let sh = &self.shared;
         self.admit()?;
-        if !async_op && sh.settings.sync_collectives == SyncCollectives::CurrentStream {
+        if !async_op && sh.settings.sync_on_current_stream() {
             return self.issue_on_current(op, kind, current, launch);
         }
         let backend = sh.allocator.backend();
