@@ -56,14 +56,14 @@ fn never_waited_work_in_mode_2_is_named_with_its_shelf() {
         let work = r.pg.all_reduce(&t, ReduceOp::Sum, c, true).unwrap();
         let id = work.id();
         drop(work);
-        drop(t);
-        // Only the shelf holds the 10 MiB block, and the collective still runs: the OOM
-        // callback cannot release it.
+        // The program still holds the tensor as well, so waiting for the collective would
+        // free nothing: the memory-pressure callback leaves it in flight, on its shelf.
         let side = r.device.create_stream().unwrap();
         let msg = match r.allocator.allocate(16 * MIB, &side) {
             Err(AllocError::OutOfMemory(oom)) => oom.to_string(),
             other => panic!("expected out of memory, got {other:?}"),
         };
+        drop(t);
         r.device.synchronize_device().unwrap();
         r.pg.release_completed();
         (msg, id, r.allocator.stats().allocated_bytes.current)

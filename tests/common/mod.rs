@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use memreuse::allocator::{AllocatorConfig, CachingAllocator, Storage};
 use memreuse::mock::{MockCommunicator, MockConfig, MockDevice, MockStream, open_mock_world};
-use memreuse::process_group::{ProcessGroup, ReuseMode};
+use memreuse::process_group::{ProcessGroup, ReuseMode, SyncCollectives};
 use memreuse::{Backend, BackendError, RaceKind, RaceReport};
 
 /// One rank's view, handed to the per-rank closure.
@@ -124,6 +124,8 @@ pub struct Setup {
     pub expect_device_errors: bool,
     /// The group's never-waited warning delay (`unwaited_warning_after`).
     pub unwaited_warning_after: Duration,
+    /// Where the group runs synchronous collectives (default: the current stream).
+    pub sync_collectives: SyncCollectives,
 }
 
 impl Setup {
@@ -139,6 +141,7 @@ impl Setup {
             inject_collective_failures: Vec::new(),
             expect_device_errors: false,
             unwaited_warning_after: Duration::from_secs(10),
+            sync_collectives: SyncCollectives::default(),
         }
     }
 }
@@ -194,6 +197,7 @@ fn run_rank<T>(
         .timeout(setup.timeout)
         .blocking_wait(setup.blocking_wait)
         .unwaited_warning_after(setup.unwaited_warning_after)
+        .sync_collectives(setup.sync_collectives)
         .build()
         .expect("process group");
     let compute = device.default_stream();

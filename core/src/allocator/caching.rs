@@ -58,6 +58,8 @@ pub struct CachingAllocator<B: Backend> {
     setup: Setup<B>,
     state: Mutex<State<B>>,
     free_callbacks: Registry<FreeMemoryCallback>,
+    /// Last-resort callbacks (they may block), called only when the chain found no memory.
+    pressure_callbacks: Registry<FreeMemoryCallback>,
     /// Observers, explainers and the snapshot file of an out-of-memory.
     oom: OomHooks,
     /// Declared stream uses of recent hand-outs, for race advice; `None` unless enabled.
@@ -131,6 +133,7 @@ impl<B: Backend> CachingAllocator<B> {
             setup: Setup { backend, config },
             state: Mutex::new(state),
             free_callbacks: Registry::new(),
+            pressure_callbacks: Registry::new(),
             oom: OomHooks::from_env(),
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
@@ -152,7 +155,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Chain: process completed events -> best fit -> free-memory callbacks, best fit ->
     /// garbage collection -> new segment -> release cached oversize blocks, new segment ->
     /// synchronize pending events and release all unsplit cached blocks, best fit, new
-    /// segment -> out of memory (trace entry, `num_ooms`, observers, error).
+    /// segment -> memory-pressure callbacks, then the release and retry again while they
+    /// free something -> out of memory (trace entry, `num_ooms`, observers, error).
     pub fn allocate(
         self: &Arc<Self>,
         bytes: u64,
@@ -278,6 +282,9 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(slot) = st.alloc_segment(su, req, true)? {
             return Ok(st.hand_out(slot, req));
         }
+        if let Some(out) = self.relieve_pressure(st, su, req)? {
+            return Ok(out);
+        }
         Err(AllocError::OutOfMemory(self.oom.fail(
             self,
             st,
@@ -285,6 +292,38 @@ impl<B: Backend> CachingAllocator<B> {
             req,
             pending_at_miss,
         )))
+    }
+
+    /// The last step before out of memory: the memory-pressure callbacks (which may block,
+    /// so only now) run without the lock; while one freed something, the cache is released
+    /// and the request retried.
+    #[cold]
+    fn relieve_pressure(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State<B>>,
+        su: &Setup<B>,
+        req: &Request<'_, B>,
+    ) -> Result<Option<HandOut>, AllocError> {
+        while !self.pressure_callbacks.is_empty() {
+            let freed = parking_lot::MutexGuard::unlocked(st, || {
+                let mut freed = false;
+                for cb in self.pressure_callbacks.snapshot() {
+                    freed |= cb();
+                }
+                freed
+            });
+            if !freed {
+                break;
+            }
+            st.release_cached(su)?;
+            if let Some(out) = st.serve(req) {
+                return Ok(Some(out));
+            }
+            if let Some(slot) = st.alloc_segment(su, req, true)? {
+                return Ok(Some(st.hand_out(slot, req)));
+            }
+        }
+        Ok(None)
     }
 
     /// Drops one handle of `block`; the last one frees the block.
@@ -466,6 +505,21 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters a free-memory callback.
     pub fn remove_free_memory_callback(&self, id: CallbackId) {
         self.free_callbacks.remove(id);
+    }
+
+    /// Registers a memory-pressure callback: the last resort of an allocation about to fail
+    /// (after the free-memory callbacks, the cache release and the synchronization of
+    /// pending frees), called without the allocator lock. Unlike a free-memory callback it
+    /// may block (a process group waits there for in-flight works whose shelves hold
+    /// memory). While any returns true, the allocator releases its cache, retries, and
+    /// calls them again if the request still does not fit.
+    pub fn add_memory_pressure_callback(&self, cb: Arc<FreeMemoryCallback>) -> CallbackId {
+        self.pressure_callbacks.add(cb)
+    }
+
+    /// Unregisters a memory-pressure callback.
+    pub fn remove_memory_pressure_callback(&self, id: CallbackId) {
+        self.pressure_callbacks.remove(id);
     }
 
     /// Starts recording which streams each hand-out is declared to be used on (the last

@@ -8,6 +8,7 @@ use super::error::PgError;
 use super::group::ProcessGroup;
 use super::mode::{ReuseMode, reuse_mode_from_env};
 use super::settings::{PgSettings, PolicyChoice};
+use super::sync_path::SyncCollectives;
 use crate::allocator::CachingAllocator;
 use crate::backend::Backend;
 use crate::comm::Communicator;
@@ -21,6 +22,7 @@ pub struct ProcessGroupBuilder<B: Backend> {
     watchdog_interval: Option<Duration>,
     blocking_wait: bool,
     unwaited_warning_after: Duration,
+    sync_collectives: SyncCollectives,
 }
 
 impl<B: Backend> ProcessGroup<B> {
@@ -37,6 +39,7 @@ impl<B: Backend> ProcessGroup<B> {
             watchdog_interval: Some(Duration::from_millis(2)),
             blocking_wait: false,
             unwaited_warning_after: Duration::from_secs(10),
+            sync_collectives: SyncCollectives::default(),
         }
     }
 }
@@ -90,6 +93,20 @@ impl<B: Backend> ProcessGroupBuilder<B> {
         self
     }
 
+    /// Where synchronous collectives (`async_op` false, and `barrier`) run. Default
+    /// [`SyncCollectives::CurrentStream`], as PyTorch 2.8+: on the caller's stream, with
+    /// no comm-stream hop and nothing for the reuse policy to protect.
+    /// [`SyncCollectives::CommStream`] keeps the path of PyTorch <= 2.7 and torch_npu
+    /// (hop to the comm stream under the policy, then an immediate `wait()`). Asynchronous
+    /// operations are the same either way. Sub-groups inherit it. The negative control
+    /// (conformance runner only) keeps the comm-stream path, whose ordering its declared
+    /// races describe.
+    #[must_use]
+    pub fn sync_collectives(mut self, path: SyncCollectives) -> Self {
+        self.sync_collectives = path;
+        self
+    }
+
     /// Creates the group: its comm stream, its watchdog, and its free-memory callback.
     pub fn build(self) -> Result<ProcessGroup<B>, PgError> {
         let policy = match self.mode {
@@ -102,6 +119,7 @@ impl<B: Backend> ProcessGroupBuilder<B> {
             watchdog_interval: self.watchdog_interval,
             blocking_wait: self.blocking_wait,
             unwaited_warning_after: self.unwaited_warning_after,
+            sync_collectives: self.sync_collectives,
         };
         ProcessGroup::create(self.allocator, self.comm, settings)
     }

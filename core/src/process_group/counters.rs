@@ -12,6 +12,7 @@ pub(crate) struct PgCounters {
     pub(crate) shelf_unstashed_by_watchdog: AtomicU64,
     pub(crate) shelf_released_by_poll: AtomicU64,
     pub(crate) shelf_released_by_oom_callback: AtomicU64,
+    pub(crate) works_waited_by_oom_callback: AtomicU64,
     pub(crate) p2p_record_stream_fallbacks: AtomicU64,
     pub(crate) never_waited_warnings: AtomicU64,
 }
@@ -32,6 +33,9 @@ pub struct PgStats {
     pub shelf_released_by_poll: u64,
     /// Shelves released by the allocator's free-memory callback before an OOM.
     pub shelf_released_by_oom_callback: u64,
+    /// In-flight works the allocator's memory-pressure callback waited for (mode 2, an
+    /// allocation about to fail while their shelves held memory).
+    pub works_waited_by_oom_callback: u64,
     /// Point-to-point works that fell back to `record_stream` in mode 2.
     pub p2p_record_stream_fallbacks: u64,
     /// Works warned about once: complete, never waited, still holding memory.
@@ -48,6 +52,7 @@ impl PgCounters {
             shelf_unstashed_by_watchdog: r(&self.shelf_unstashed_by_watchdog),
             shelf_released_by_poll: r(&self.shelf_released_by_poll),
             shelf_released_by_oom_callback: r(&self.shelf_released_by_oom_callback),
+            works_waited_by_oom_callback: r(&self.works_waited_by_oom_callback),
             p2p_record_stream_fallbacks: r(&self.p2p_record_stream_fallbacks),
             never_waited_warnings: r(&self.never_waited_warnings),
         }

@@ -32,6 +32,7 @@ pub struct ProcessGroup<B: Backend> {
     shared: Arc<PgShared<B>>,
     watchdog: Option<Watchdog>,
     oom_callback: CallbackId,
+    pressure_callback: CallbackId,
     oom_explainer: CallbackId,
 }
 
@@ -53,6 +54,15 @@ impl<B: Backend> ProcessGroup<B> {
             weak.upgrade()
                 .is_some_and(|s| s.release_completed_for_oom())
         }));
+        // When the allocation would fail even so, it asks us again, and we may wait for
+        // works still in flight (mode 2's shelves hold memory only a completion returns).
+        let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
+        let pressure_callback =
+            shared
+                .allocator
+                .add_memory_pressure_callback(Arc::new(move || {
+                    weak.upgrade().is_some_and(|s| s.release_inflight_for_oom())
+                }));
         let weak: Weak<PgShared<B>> = Arc::downgrade(&shared);
         let oom_explainer = shared.allocator.add_oom_explainer(Arc::new(
             move |culprits: &mut crate::allocator::OomCulprits| {
@@ -75,6 +85,7 @@ impl<B: Backend> ProcessGroup<B> {
             shared,
             watchdog,
             oom_callback,
+            pressure_callback,
             oom_explainer,
         })
     }
@@ -176,9 +187,11 @@ impl<B: Backend> ProcessGroup<B> {
         self.shared.first_failure.lock().clone()
     }
 
-    /// Issues one work: the comm stream waits on `current`, the policy protects the
+    /// Issues one work. An asynchronous one (and, with [`super::SyncCollectives::CommStream`], a
+    /// synchronous one): the comm stream waits on `current`, the policy protects the
     /// tensors, `launch` enqueues the operation, the end event is recorded; a synchronous
-    /// operation (`async_op` false) is waited at once.
+    /// operation (`async_op` false) is waited at once. A synchronous one on
+    /// [`super::SyncCollectives::CurrentStream`] goes to [`ProcessGroup::issue_on_current`].
     #[allow(clippy::too_many_arguments)]
     pub(super) fn issue(
         &self,
@@ -191,14 +204,9 @@ impl<B: Backend> ProcessGroup<B> {
         launch: impl FnOnce(&dyn Communicator<B>, &B::Stream) -> Result<(), CommError>,
     ) -> Result<Work<B>, PgError> {
         let sh = &self.shared;
-        sh.release_completed();
-        if sh.aborted.load(Ordering::Acquire) {
-            return Err(PgError::Aborted {
-                reason: "the process group was aborted".to_owned(),
-            });
-        }
-        if let Some(e) = sh.comm.async_error() {
-            return Err(PgError::Communicator(e));
+        self.admit()?;
+        if !async_op && sh.settings.sync_on_current_stream() {
+            return self.issue_on_current(op, kind, current, launch);
         }
         let backend = sh.allocator.backend();
         // The comm stream must not start before the current stream produced the inputs.
@@ -233,6 +241,63 @@ impl<B: Backend> ProcessGroup<B> {
         }
         Ok(work)
     }
+
+    /// A synchronous operation as PyTorch 2.8+ issues it: enqueued on `current` itself.
+    /// Stream order protects its tensors (whatever runs on `current` next, a free and
+    /// re-allocation included, runs after it), so the policy is not consulted: no hop
+    /// event, no `record_stream`, no stash. The end event stays, on `current`, so the
+    /// watchdog still sees a failure or a timeout ([`ProcessGroup::first_failure`]) and a
+    /// blocking wait has something to wait for.
+    fn issue_on_current(
+        &self,
+        op: &'static str,
+        kind: CommKind,
+        current: &B::Stream,
+        launch: impl FnOnce(&dyn Communicator<B>, &B::Stream) -> Result<(), CommError>,
+    ) -> Result<Work<B>, PgError> {
+        let sh = &self.shared;
+        let backend = sh.allocator.backend();
+        let state = Arc::new(WorkState::new(
+            WorkId::fresh(),
+            op,
+            kind,
+            backend.create_event()?,
+        ));
+        if let Err(source) = launch(sh.comm.as_ref(), current) {
+            sh.fail_work(
+                &state,
+                PgError::Comm {
+                    op,
+                    work: state.id,
+                    source,
+                },
+            );
+        }
+        backend.record_event(&state.end_event, current)?;
+        sh.counters.works_issued.fetch_add(1, Ordering::Relaxed);
+        sh.work_issued(Arc::clone(&state));
+        sh.finish_on_current(&state)?;
+        Ok(Work {
+            state,
+            group: Arc::clone(sh),
+        })
+    }
+
+    /// What every operation does first: release what completed works hold, then refuse
+    /// to issue on an aborted group or a communicator that reported an error.
+    fn admit(&self) -> Result<(), PgError> {
+        let sh = &self.shared;
+        sh.release_completed();
+        if sh.aborted.load(Ordering::Acquire) {
+            return Err(PgError::Aborted {
+                reason: "the process group was aborted".to_owned(),
+            });
+        }
+        if let Some(e) = sh.comm.async_error() {
+            return Err(PgError::Communicator(e));
+        }
+        Ok(())
+    }
 }
 
 impl<B: Backend> Drop for ProcessGroup<B> {
@@ -242,6 +307,9 @@ impl<B: Backend> Drop for ProcessGroup<B> {
         self.shared
             .allocator
             .remove_free_memory_callback(self.oom_callback);
+        self.shared
+            .allocator
+            .remove_memory_pressure_callback(self.pressure_callback);
         self.shared
             .allocator
             .remove_oom_explainer(self.oom_explainer);

@@ -112,4 +112,10 @@ impl<K, T> HandoffList<K, T> {
     pub fn is_empty(&self) -> bool {
         self.entries.lock().is_empty()
     }
+
+    /// Runs `f` on what waits to be drained, under the list's lock (to measure it; `f`
+    /// must not touch the list).
+    pub fn with_entries<R>(&self, f: impl FnOnce(&[(K, Vec<T>)]) -> R) -> R {
+        f(&self.entries.lock())
+    }
 }

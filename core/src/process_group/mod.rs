@@ -6,10 +6,11 @@
 
 // The layers, lowest first; a file names only files of its own layer or below (checked
 // by `.ci/import-circles`):
-// 1. plain types: buffer, checks, counters, error, handoff, kind, mode, shelf, span;
+// 1. plain types: buffer, checks, counters, error, handoff, kind, mode, shelf, span,
+//    sync_path;
 // 2. the policies (`policy/`): a work seen only as its id and what the policy holds;
 // 3. settings (the policy choice), work_state;
-// 4. shared (with its impl files oom_explain and unwaited);
+// 4. shared (with its impl files oom_explain, pressure and unwaited);
 // 5. work (the user's handle), watchdog;
 // 6. group, with collectives and p2p, its operations;
 // 7. builder.
@@ -26,10 +27,12 @@ mod mode;
 mod oom_explain;
 mod p2p;
 mod policy;
+mod pressure;
 mod settings;
 mod shared;
 mod shelf;
 mod span;
+mod sync_path;
 mod unwaited;
 mod watchdog;
 mod work;
@@ -49,4 +52,5 @@ pub use p2p::P2pOp;
 pub use settings::PolicyChoice;
 pub use shelf::TensorShelf;
 pub use span::{WORK_SPAN_CAPACITY, WorkSpan};
+pub use sync_path::{ParseSyncCollectivesError, SyncCollectives};
 pub use work::Work;

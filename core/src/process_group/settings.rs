@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::mode::ReuseMode;
 use super::policy::{Erase, RecordStream, ReusePolicy, Stash};
+use super::sync_path::SyncCollectives;
 use crate::backend::Backend;
 
 /// Which policy a group runs: one of the public modes, or (with the `negative-control`
@@ -41,4 +42,22 @@ pub(crate) struct PgSettings {
     pub(crate) watchdog_interval: Option<Duration>,
     pub(crate) blocking_wait: bool,
     pub(crate) unwaited_warning_after: Duration,
+    /// Where synchronous collectives run.
+    pub(crate) sync_collectives: SyncCollectives,
+}
+
+impl PgSettings {
+    /// Whether a synchronous operation runs on the caller's current stream. Always false
+    /// for the negative control: its declared races (which schedules it must catch) are
+    /// those of the comm-stream ordering, and on the current stream some become a matter
+    /// of timing (fsdp's synchronous all_gather writing a gradient freed under its
+    /// in-flight reduce_scatter is unordered there, and caught only when the host has not
+    /// yet seen the reduce_scatter finish).
+    pub(crate) fn sync_on_current_stream(&self) -> bool {
+        #[cfg(feature = "negative-control")]
+        if self.policy == PolicyChoice::NegativeControl {
+            return false;
+        }
+        self.sync_collectives == SyncCollectives::CurrentStream
+    }
 }

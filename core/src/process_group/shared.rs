@@ -189,15 +189,7 @@ impl<B: Backend> PgShared<B> {
         let backend = self.allocator.backend();
         backend.stream_wait_event(current, &state.end_event)?;
         if self.settings.blocking_wait {
-            let deadline = Instant::now() + self.settings.timeout;
-            let mut pause = Duration::from_micros(20);
-            while !self.observe(state) && state.error().is_none() {
-                if Instant::now() >= deadline {
-                    break;
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(5));
-            }
+            self.block_until_done(state, Instant::now() + self.settings.timeout);
         }
         if state.held.shelf.mark_waited() {
             let released =
@@ -212,6 +204,34 @@ impl<B: Backend> PgShared<B> {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// The `wait()` of a synchronous operation issued on the current stream: stream order
+    /// already made the stream wait, and the policy holds nothing; with blocking wait the
+    /// host waits too, so a failure is returned here, as on the comm-stream path.
+    pub(super) fn finish_on_current(&self, state: &WorkState<B>) -> Result<(), PgError> {
+        if self.settings.blocking_wait {
+            self.block_until_done(state, Instant::now() + self.settings.timeout);
+        }
+        state.held.shelf.mark_waited();
+        match state.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Polls the work on this thread (backing off to 5 ms) until it completed, failed, or
+    /// `deadline` passed; true when it is over (completed or failed).
+    pub(super) fn block_until_done(&self, state: &WorkState<B>, deadline: Instant) -> bool {
+        let mut pause = Duration::from_micros(20);
+        while !self.observe(state) && state.error().is_none() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+        true
     }
 
     /// Observes every in-flight work once; completed (or failed) ones leave the in-flight
