@@ -170,6 +170,11 @@ const USAGE: u8 = 2;
 
 /// Parses `args` (program name first) and runs the command; returns the exit status.
 pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if let Err(e) = crate::plugins::register(&args) {
+        eprintln!("error: {e}");
+        return ExitCode::from(USAGE);
+    }
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {

@@ -31,6 +31,7 @@ pub mod alloc_conf;
 pub mod availability;
 pub mod cli;
 pub mod generate;
+pub mod plugins;
 pub mod race_check;
 pub mod reference;
 pub mod replay;

@@ -17,8 +17,11 @@ mkdir -p "$out"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-cargo build --release --locked -p memreuse-mock-plugin --lib --example plugin_runner
-bin="$target/release/examples/plugin_runner"
+# The stock runner (CI's `conformance-build` stage built it with these features) and the
+# mock exported as a plugin.
+cargo build --release --locked -p memreuse-conformance --features ascend,cuda
+cargo build --release --locked -p memreuse-mock-plugin --lib
+bin="$target/release/memreuse-conformance"
 mockso="$target/release/libmemreuse_mock_plugin.so"
 
 echo "--- docs/plugin-abi.md steps 1-3: copy the reference plugin, make, run the stock binary"
