@@ -73,8 +73,9 @@ pub struct RunArgs {
     /// cannot honour it list it under `ignored_options` in the report.
     #[arg(long)]
     pub deterministic: bool,
-    /// Capacity of each mock device (overrides the schedule's `device_memory`).
-    #[arg(long, value_name = "BYTES")]
+    /// Capacity of each mock device (overrides the schedule's `device_memory`): bytes, or
+    /// a number with KiB/MiB/GiB/TiB (`30MiB`; decimal KB/MB/GB are refused).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg)]
     pub device_memory: Option<u64>,
     /// Write the JSON report to FILE (parent directories are created). Alone, it is the
     /// only report file written; add `--report DIR` for the HTML page too.
@@ -154,8 +155,9 @@ pub struct GenerateArgs {
     /// Upload seed offset.
     #[arg(long)]
     pub seed: Option<u32>,
-    /// The schedule's `device_memory` in bytes.
-    #[arg(long)]
+    /// The schedule's `device_memory`: bytes, or a number with KiB/MiB/GiB/TiB (`30MiB`;
+    /// decimal KB/MB/GB are refused).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg)]
     pub device_memory: Option<u64>,
     /// The schedule's `name` (default: the preset's name).
     #[arg(long, value_name = "NAME")]
