@@ -75,7 +75,7 @@ pub struct RunArgs {
     pub deterministic: bool,
     /// Capacity of each mock device (overrides the schedule's `device_memory`): bytes, or
     /// a number with KiB/MiB/GiB/TiB (`30MiB`; decimal KB/MB/GB are refused).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// Write the JSON report to FILE (parent directories are created). Alone, it is the
     /// only report file written; add `--report DIR` for the HTML page too.
@@ -157,7 +157,7 @@ pub struct GenerateArgs {
     pub seed: Option<u32>,
     /// The schedule's `device_memory`: bytes, or a number with KiB/MiB/GiB/TiB (`30MiB`;
     /// decimal KB/MB/GB are refused).
-    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// The schedule's `name` (default: the preset's name).
     #[arg(long, value_name = "NAME")]
