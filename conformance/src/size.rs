@@ -107,8 +107,16 @@ mod tests {
             parse_size("18446744073709551616"),
             Err(SizeError::Overflow(_))
         ));
-        assert!(matches!(parse_size("16777216TiB"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_size("16777216TiB"),
+            Err(SizeError::Overflow(_))
+        ));
         assert!(matches!(parse_size("0.3KiB"), Err(SizeError::NotWhole(_))));
-        assert!(parse_size("7GB").unwrap_err().to_string().contains("KiB/MiB/GiB/TiB"));
+        assert!(
+            parse_size("7GB")
+                .unwrap_err()
+                .to_string()
+                .contains("KiB/MiB/GiB/TiB")
+        );
     }
 }

@@ -47,7 +47,10 @@ fn report(d: &Path) -> serde_json::Value {
 }
 
 /// A schedule file every test can run quickly.
-const SCHEDULE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/e1-ddp-buckets.json");
+const SCHEDULE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/e1-ddp-buckets.json"
+);
 
 /// Whether `cuda` is linked into the binary under test: a run of it is skipped as not
 /// compiled when it is not.
@@ -114,15 +117,26 @@ fn every_run_skipped_is_nothing_ran_with_exit_0_and_no_pass_anywhere() {
         assert!(!page.contains("PASS"), "{name} says PASS: {page}");
     }
     // The reason is written once, however many runs it skipped; the rows link to it.
-    let reason = runs[0]["skip_reason"].as_str().expect("a reason").to_owned();
+    let reason = runs[0]["skip_reason"]
+        .as_str()
+        .expect("a reason")
+        .to_owned();
     assert!(runs.len() > 1, "the suite has several schedules");
-    assert_eq!(html.matches(&reason).count(), 2, "verdict line and list: {html}");
+    assert_eq!(
+        html.matches(&reason).count(),
+        2,
+        "verdict line and list: {html}"
+    );
     assert_eq!(
         html.matches("href=\"#skip-1\"").count(),
         runs.len(),
         "{html}"
     );
-    assert_eq!(md.matches(&reason).count(), 2, "verdict line and list: {md}");
+    assert_eq!(
+        md.matches(&reason).count(),
+        2,
+        "verdict line and list: {md}"
+    );
     let _ = std::fs::remove_dir_all(d);
 }
 
@@ -165,7 +179,10 @@ fn a_missing_required_backend_is_fail_in_every_output() {
     );
     for name in ["summary.md", "report.html"] {
         let page = read(&d, name);
-        assert!(page.contains("FAIL: required backend `cuda` is "), "{name}: {page}");
+        assert!(
+            page.contains("FAIL: required backend `cuda` is "),
+            "{name}: {page}"
+        );
         assert!(!page.contains("PASS"), "{name} says PASS: {page}");
     }
     let _ = std::fs::remove_dir_all(d);
@@ -179,7 +196,12 @@ fn a_declared_out_of_memory_passes_as_declared() {
     let d = dir("declared");
     let schedule = d.join("oom-pressure.json");
     let g = cli(
-        &["generate", "oom-pressure", "-o", &schedule.to_string_lossy()],
+        &[
+            "generate",
+            "oom-pressure",
+            "-o",
+            &schedule.to_string_lossy(),
+        ],
         &[],
     );
     assert_eq!(g.status.code(), Some(0), "{}", text(&g));
@@ -248,8 +270,8 @@ fn a_declared_out_of_memory_passes_as_declared() {
 #[test]
 fn an_invalid_declaration_is_refused_naming_the_key() {
     let d = dir("invalid");
-    let mut v: serde_json::Value = serde_json::from_str(include_str!("data/e1-ddp-buckets.json"))
-        .expect("json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(include_str!("data/e1-ddp-buckets.json")).expect("json");
     v["expect_out_of_memory"] =
         serde_json::json!([{"alloc_conf": "expandable_segment:True", "because": "x"}]);
     let f = d.join("bad.json");

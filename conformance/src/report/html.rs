@@ -110,7 +110,9 @@ fn verdict_block(out: &mut String, report: &Report) {
     out.push_str("</table>\n");
     let notes = skip_notes(report);
     if !notes.is_empty() {
-        out.push_str("<p>Skipped, each reason once (rows refer to it by number):</p>\n<ol class=skips>\n");
+        out.push_str(
+            "<p>Skipped, each reason once (rows refer to it by number):</p>\n<ol class=skips>\n",
+        );
         for (i, n) in notes.iter().enumerate() {
             let _ = writeln!(
                 out,

@@ -154,7 +154,10 @@ mod tests {
         assert!(t.contains("2.0 MiB"));
         assert!(t.contains("reuse races 3"));
         assert!(t.contains("\ntp\n"));
-        assert!(t.contains("skipped because:\n  [1] cuda: no libcuda\n"), "{t}");
+        assert!(
+            t.contains("skipped because:\n  [1] cuda: no libcuda\n"),
+            "{t}"
+        );
         assert!(
             !t.contains("config"),
             "no column without configurations: {t}"

@@ -63,7 +63,11 @@ pub struct SkipNote {
 /// Every distinct (backend, skip reason) of the report, in the order first met.
 pub fn skip_notes(report: &Report) -> Vec<SkipNote> {
     let mut notes: Vec<SkipNote> = Vec::new();
-    for r in report.runs.iter().filter(|r| r.status == RunStatus::Skipped) {
+    for r in report
+        .runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Skipped)
+    {
         let reason = r.skip_reason.as_deref().unwrap_or("");
         match notes
             .iter_mut()
@@ -176,7 +180,10 @@ mod tests {
         }
         let j = judge(&report);
         assert_eq!(j.outcome, Outcome::NothingRan);
-        assert_eq!(j.to_string(), "NOTHING RAN: all 2 runs skipped: not compiled");
+        assert_eq!(
+            j.to_string(),
+            "NOTHING RAN: all 2 runs skipped: not compiled"
+        );
         assert_eq!(j.outcome.exit_status(), 0);
         assert_eq!(
             skip_notes(&report),
@@ -189,13 +196,19 @@ mod tests {
         report.required_missing = vec!["`cuda` is not compiled".into()];
         let j = judge(&report);
         assert_eq!(j.outcome, Outcome::Fail);
-        assert_eq!(j.to_string(), "FAIL: required backend `cuda` is not compiled");
+        assert_eq!(
+            j.to_string(),
+            "FAIL: required backend `cuda` is not compiled"
+        );
         assert_eq!(j.outcome.exit_status(), 1);
         report.required_missing.clear();
         report.runs.push(run("mock", RunStatus::Passed));
         assert_eq!(judge(&report).to_string(), "PASS: 3 runs as expected");
         report.runs.push(run("mock", RunStatus::Error));
-        assert_eq!(judge(&report).to_string(), "FAIL: 1 of 4 runs not as expected");
+        assert_eq!(
+            judge(&report).to_string(),
+            "FAIL: 1 of 4 runs not as expected"
+        );
         report.runs[3].declared_outcome = Some(super::super::json::DECLARED_OOM.into());
         assert_eq!(
             judge(&report).to_string(),

@@ -12,8 +12,7 @@ use super::summary::{check_required, print_totals, print_verdicts};
 use crate::alloc_conf::AllocConf;
 use crate::replay::{ModeChoice, ReplayOptions, ReplayOutcome, replay};
 use crate::report::{
-    DECLARED_OOM, MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, judge,
-    render_table,
+    DECLARED_OOM, MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, judge, render_table,
 };
 use crate::skip::SkipReason;
 use crate::stdout::Stdout;
