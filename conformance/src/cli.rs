@@ -232,6 +232,7 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
 /// itself (`moe-mixed-rfc: 16 ranks, 200 iterations, 1234 ops per iteration, tensors up to
 /// 64.0 KiB`).
 fn schedule_line(s: &crate::schedule::Schedule) -> String {
+    use std::fmt::Write as _;
     let largest = [&s.setup, &s.body, &s.teardown]
         .into_iter()
         .flatten()
@@ -250,13 +251,10 @@ fn schedule_line(s: &crate::schedule::Schedule) -> String {
         crate::report::human_bytes(largest)
     );
     if let Some(device) = s.device_memory {
-        line.push_str(&format!(", device {}", crate::report::human_bytes(device)));
+        let _ = write!(line, ", device {}", crate::report::human_bytes(device));
     }
     for d in &s.expect_out_of_memory {
-        line.push_str(&format!(
-            ", out of memory declared under `{}`",
-            d.alloc_conf
-        ));
+        let _ = write!(line, ", out of memory declared under `{}`", d.alloc_conf);
     }
     line
 }

@@ -3,6 +3,8 @@
 //! so none of them can say PASS when the run failed or nothing ran. Also the skip reasons,
 //! each (backend, reason) once, for the rows that refer to them.
 
+use std::fmt::Write as _;
+
 use super::json::{Report, RunRecord, RunStatus};
 
 /// What a run amounts to.
@@ -115,7 +117,7 @@ pub fn judge(report: &Report) -> Judgement {
             .collect::<Vec<_>>()
             .join("; ");
         if unexpected > 0 {
-            reason.push_str(&format!("; {unexpected} of {total} runs not as expected"));
+            let _ = write!(reason, "; {unexpected} of {total} runs not as expected");
         }
         return Judgement {
             outcome: Outcome::Fail,
@@ -145,7 +147,7 @@ pub fn judge(report: &Report) -> Judgement {
     }
     let mut reason = format!("{total} runs as expected");
     if declared > 0 {
-        reason.push_str(&format!(" ({declared} out of memory as declared)"));
+        let _ = write!(reason, " ({declared} out of memory as declared)");
     }
     Judgement {
         outcome: Outcome::Pass,
