@@ -187,7 +187,7 @@ fn list_names_suites_and_their_schedules_and_help_explains_seed() {
         .and_then(|rest| rest.split("  rfc ").next())
         .expect("a single-device block");
     assert!(
-        single.contains("2 schedules, 8 runs per backend in modes 0-3:")
+        single.contains("4 schedules, 16 runs per backend in modes 0-3:")
             && single.contains("ddp-ws1: 1 ranks, ")
             && single.contains("fsdp-ws1: 1 ranks, "),
         "single-device schedules: {out}"
