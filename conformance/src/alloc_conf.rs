@@ -77,7 +77,7 @@ pub enum AllocConfError {
 
 /// `error`'s message without the `MEMREUSE_ALLOC_CONF: ` it starts with (the runner names
 /// the source itself).
-fn detail(error: &ConfigError) -> String {
+pub(crate) fn detail(error: &ConfigError) -> String {
     let text = error.to_string();
     match text.strip_prefix(&format!("{ALLOC_CONF_ENV}: ")) {
         Some(rest) => rest.to_owned(),

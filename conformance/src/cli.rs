@@ -73,8 +73,9 @@ pub struct RunArgs {
     /// cannot honour it list it under `ignored_options` in the report.
     #[arg(long)]
     pub deterministic: bool,
-    /// Capacity of each mock device (overrides the schedule's `device_memory`).
-    #[arg(long, value_name = "BYTES")]
+    /// Capacity of each mock device (overrides the schedule's `device_memory`): bytes, or
+    /// a number with KiB/MiB/GiB/TiB (`30MiB`; decimal KB/MB/GB are refused).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// Write the JSON report to FILE (parent directories are created). Alone, it is the
     /// only report file written; add `--report DIR` for the HTML page too.
@@ -154,8 +155,9 @@ pub struct GenerateArgs {
     /// Upload seed offset.
     #[arg(long)]
     pub seed: Option<u32>,
-    /// The schedule's `device_memory` in bytes.
-    #[arg(long)]
+    /// The schedule's `device_memory`: bytes, or a number with KiB/MiB/GiB/TiB (`30MiB`;
+    /// decimal KB/MB/GB are refused).
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// The schedule's `name` (default: the preset's name).
     #[arg(long, value_name = "NAME")]
@@ -201,11 +203,21 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
                 lines.push(format!("  {name:<18} {description}"));
                 match crate::suite::suite(name) {
                     Ok(entries) => {
-                        let names: Vec<&str> = entries
-                            .iter()
-                            .map(|e| e.valid.schedule.name.as_str())
-                            .collect();
-                        lines.push(format!("  {:<18} schedules: {}", "", names.join(", ")));
+                        // Computed from the schedules the suite runs, so the sizes can
+                        // never go stale.
+                        let runs = entries.len() * crate::replay::ModeChoice::public_modes().len();
+                        lines.push(format!(
+                            "  {:<18} {} schedules, {runs} runs per backend in modes 0-3:",
+                            "",
+                            entries.len()
+                        ));
+                        for e in &entries {
+                            lines.push(format!(
+                                "  {:<18}   {}",
+                                "",
+                                schedule_line(&e.valid.schedule)
+                            ));
+                        }
                     }
                     Err(e) => lines.push(format!("  {:<18} cannot be built: {e}", "")),
                 }
@@ -219,6 +231,37 @@ pub fn main_with(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) ->
             out.status(ExitCode::SUCCESS)
         }
     }
+}
+
+/// One schedule of a suite as `list` prints it: its shape and sizes, read from the schedule
+/// itself (`moe-mixed-rfc: 16 ranks, 200 iterations, 1234 ops per iteration, tensors up to
+/// 64.0 KiB`).
+fn schedule_line(s: &crate::schedule::Schedule) -> String {
+    use std::fmt::Write as _;
+    let largest = [&s.setup, &s.body, &s.teardown]
+        .into_iter()
+        .flatten()
+        .filter_map(|op| match op.kind {
+            crate::schedule::OpKind::Alloc { elems, .. } => Some(elems * 4),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut line = format!(
+        "{}: {} ranks, {} iterations of {} ops, tensors up to {}",
+        s.name,
+        s.world_size,
+        s.iterations,
+        s.body.len(),
+        crate::report::human_bytes(largest)
+    );
+    if let Some(device) = s.device_memory {
+        let _ = write!(line, ", device {}", crate::report::human_bytes(device));
+    }
+    for d in &s.expect_out_of_memory {
+        let _ = write!(line, ", out of memory declared under `{}`", d.alloc_conf);
+    }
+    line
 }
 
 fn validate_files(files: &[PathBuf]) -> ExitCode {

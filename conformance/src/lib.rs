@@ -38,6 +38,7 @@ pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod schedule;
+pub mod size;
 pub mod skip;
 mod stdout;
 pub mod suite;

@@ -30,7 +30,7 @@ pub const SUITES: &[(&str, &str)] = &[
     ),
     (
         "rfc",
-        "the seeds' RFC experiment: moe-mixed (DP=2 x FSDP=2 x TP=2 x EP=2), 200 steps of 64 KiB shards; late-wait; FSDP with 4 MiB shards",
+        "the seeds' RFC experiment: moe-mixed (DP x FSDP x TP x EP), late-wait and FSDP at the RFC's sizes (listed per schedule)",
     ),
 ];
 

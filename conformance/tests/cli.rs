@@ -45,6 +45,35 @@ fn list_names_every_preset() {
             || cuda.contains("available,"),
         "{cuda}"
     );
+    // Each suite is described by what it runs, computed from its schedules (the RFC
+    // suite's hand-written "200 steps" went stale when it became 30).
+    assert!(!out.contains("200 steps"), "{out}");
+    for (name, _) in memreuse_conformance::suite::SUITES {
+        let entries = memreuse_conformance::suite::suite(name).expect("builds");
+        assert!(
+            out.contains(&format!(
+                "{} schedules, {} runs per backend in modes 0-3:",
+                entries.len(),
+                entries.len() * 4
+            )),
+            "{name}: {out}"
+        );
+        for e in &entries {
+            let s = &e.valid.schedule;
+            let head = format!(
+                "{}: {} ranks, {} iterations of {} ops, tensors up to ",
+                s.name,
+                s.world_size,
+                s.iterations,
+                s.body.len()
+            );
+            assert!(out.contains(&head), "{head}: {out}");
+        }
+    }
+    assert!(
+        out.contains("oom-pressure: ") && out.contains("out of memory declared under `expandable_segments:True,expandable_segments_page_size_mb:20`"),
+        "{out}"
+    );
 }
 
 #[test]

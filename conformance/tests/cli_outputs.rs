@@ -180,8 +180,16 @@ fn list_names_suites_and_their_schedules_and_help_explains_seed() {
     for suite in ["builtin", "single-device", "rfc"] {
         assert!(out.contains(&format!("  {suite} ")), "{suite}: {out}");
     }
+    // Each suite's schedules, one line each, described from the schedule itself.
+    let single = out
+        .split("  single-device ")
+        .nth(1)
+        .and_then(|rest| rest.split("  rfc ").next())
+        .expect("a single-device block");
     assert!(
-        out.contains("schedules: ddp-ws1, fsdp-ws1"),
+        single.contains("4 schedules, 16 runs per backend in modes 0-3:")
+            && single.contains("ddp-ws1: 1 ranks, ")
+            && single.contains("fsdp-ws1: 1 ranks, "),
         "single-device schedules: {out}"
     );
     assert!(out.contains("e1-ddp-buckets"), "{out}");

@@ -261,5 +261,6 @@ pub(crate) fn skeleton(
         setup: Vec::new(),
         body: Vec::new(),
         teardown: Vec::new(),
+        expect_out_of_memory: Vec::new(),
     }
 }

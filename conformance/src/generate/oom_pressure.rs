@@ -10,7 +10,7 @@
 
 use super::ops::{all_reduce, alloc, check, copy_range, free, upload, wait, zero};
 use super::{GenError, GenOptions, round_up, skeleton, world};
-use crate::schedule::{Op, OpKind, ReduceOp, Schedule};
+use crate::schedule::{DeclaredOom, Op, OpKind, ReduceOp, Schedule};
 
 pub(super) const DESCRIPTION: &str =
     "OOM pressure: device fits only with drained shelves / released cache (uses device_memory)";
@@ -19,6 +19,32 @@ pub(super) const DESCRIPTION: &str =
 const PROBE: u64 = 4096;
 /// 2 MiB in f32 elements.
 const SEGMENT_ELEMS: u64 = 1 << 19;
+
+/// PyTorch's default large page of an expandable segment (`kLargeBuffer`).
+const DEFAULT_PAGE: u64 = 20 << 20;
+
+/// The declared outcome under 20 MiB expandable pages: `keep` and the next tensor share
+/// one expandable segment whose mapped pages are whole 20 MiB ones, so the device must
+/// hold their sum rounded up to a page. At the default sizes (two 12 MiB tensors on a
+/// 30 MiB device) that is 40 MiB: out of memory, as in PyTorch.
+fn declared_oom(big_bytes: u64, last_bytes: u64, device: u64) -> Vec<DeclaredOom> {
+    let paged = |bytes: u64| bytes.div_ceil(DEFAULT_PAGE) * DEFAULT_PAGE;
+    let needs = paged(2 * big_bytes).max(paged(big_bytes + last_bytes));
+    if needs <= device {
+        return Vec::new();
+    }
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    vec![DeclaredOom {
+        alloc_conf: "expandable_segments:True,expandable_segments_page_size_mb:20".to_owned(),
+        because: format!(
+            "two {:.1} MiB tensors in one expandable segment of 20 MiB pages map {:.1} MiB, \
+             more than the {:.1} MiB device",
+            mib(big_bytes),
+            mib(needs),
+            mib(device)
+        ),
+    }]
+}
 
 pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
     let ranks = world(opts, "oom-pressure", 2, |_| true, "any number of ranks")?;
@@ -31,7 +57,9 @@ pub(super) fn generate(opts: &GenOptions) -> Result<Schedule, GenError> {
     }
     let last = round_up(big + big / 3, SEGMENT_ELEMS);
     let mut sched = skeleton("oom-pressure", DESCRIPTION, ranks, opts);
-    sched.device_memory = Some(opts.device_memory.unwrap_or(big * 4 * 5 / 2));
+    let device = opts.device_memory.unwrap_or(big * 4 * 5 / 2);
+    sched.device_memory = Some(device);
+    sched.expect_out_of_memory = declared_oom(big * 4, last * 4, device);
     sched.setup = vec![alloc("keep", big), upload("keep", opts.seed)];
     let body = &mut sched.body;
     // Big tensors are zeroed rather than uploaded and only small probes are checked: the

@@ -13,7 +13,8 @@ use super::compare::{conf_label, config_block};
 use super::human_bytes;
 use super::json::Report;
 use super::meta::RunMeta;
-use super::summary::{headline, negative_control, tallies};
+use super::summary::{has_declared, negative_control, tallies};
+use super::verdict::{Outcome, judge, skip_note_number, skip_notes};
 use crate::replay::RunArtifacts;
 
 pub use super::charts::MemorySeries;
@@ -59,19 +60,28 @@ fn artifact_cell(files: Option<&RunArtifacts>) -> String {
 
 /// The verdict block: headline, counts per (backend, mode), negative-control tally.
 fn verdict_block(out: &mut String, report: &Report) {
-    let head = headline(report);
-    let class = if head.starts_with("PASS") {
-        "passed"
-    } else {
-        "failed"
+    let judgement = judge(report);
+    let class = match judgement.outcome {
+        Outcome::Pass => "passed",
+        Outcome::Fail => "failed",
+        Outcome::NothingRan => "skipped",
     };
-    let _ = writeln!(out, "<p class=\"verdict {class}\">{}</p>", escape(&head));
+    let _ = writeln!(
+        out,
+        "<p class=\"verdict {class}\">{}</p>",
+        escape(&judgement.to_string())
+    );
+    let declared = has_declared(report);
     let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
     out.push_str("<table><tr><th>backend</th><th>mode</th>");
     if has_confs {
         out.push_str("<th>configuration</th>");
     }
-    out.push_str("<th>passed</th><th>failed</th><th>error</th><th>skipped</th></tr>\n");
+    out.push_str("<th>passed</th>");
+    if declared {
+        out.push_str("<th>declared</th>");
+    }
+    out.push_str("<th>failed</th><th>error</th><th>skipped</th></tr>\n");
     for t in tallies(report) {
         let conf = if has_confs {
             format!(
@@ -81,9 +91,14 @@ fn verdict_block(out: &mut String, report: &Report) {
         } else {
             String::new()
         };
+        let declared_cell = if declared {
+            format!("<td class=passed>{}</td>", t.declared)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "<tr><td class=l>{}</td><td>{}</td>{conf}<td class=passed>{}</td><td class=failed>{}</td><td class=error>{}</td><td class=skipped>{}</td></tr>",
+            "<tr><td class=l>{}</td><td>{}</td>{conf}<td class=passed>{}</td>{declared_cell}<td class=failed>{}</td><td class=error>{}</td><td class=skipped>{}</td></tr>",
             escape(&t.backend),
             escape(&t.mode),
             t.passed,
@@ -93,6 +108,23 @@ fn verdict_block(out: &mut String, report: &Report) {
         );
     }
     out.push_str("</table>\n");
+    let notes = skip_notes(report);
+    if !notes.is_empty() {
+        out.push_str(
+            "<p>Skipped, each reason once (rows refer to it by number):</p>\n<ol class=skips>\n",
+        );
+        for (i, n) in notes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "<li id=\"skip-{}\"><code>{}</code> ({} runs): {}</li>",
+                i + 1,
+                escape(&n.backend),
+                n.runs,
+                escape(&n.reason)
+            );
+        }
+        out.push_str("</ol>\n");
+    }
     let (matching, judged) = negative_control(report);
     if judged > 0 {
         let _ = writeln!(
@@ -127,6 +159,7 @@ pub fn render_html(
         escape(&report.tool_version)
     );
     let has_files = !artifacts.is_empty();
+    let notes = skip_notes(report);
     let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
     if has_files {
         out.push_str("<p>Files per run and rank: <b>snapshot</b> opens in PyTorch's memory viewer (<code>python -m torch.cuda._memory_viz trace_plot FILE -o out.html</code>, or drop it on pytorch.org/memory_viz), <b>timeline</b> in ui.perfetto.dev or chrome://tracing, <b>metrics</b> is the Prometheus exposition after the last op.</p>\n");
@@ -187,11 +220,17 @@ pub fn render_html(
                 || "n/a".to_owned(),
                 |c| format!("{}/{}", c.reuse, c.schedule),
             );
-            let detail = r
-                .skip_reason
-                .as_deref()
-                .or(r.error.as_deref())
-                .unwrap_or("");
+            // A skip reason is long and the same on every run of a backend: the row links
+            // to its one copy in the verdict block.
+            let detail = match skip_note_number(&notes, r) {
+                Some(n) => format!("<a href=\"#skip-{n}\">skip reason {n}</a>"),
+                None if r.is_declared() => format!(
+                    "out of memory as declared: {} ({})",
+                    escape(r.declared_because.as_deref().unwrap_or("")),
+                    escape(r.error.as_deref().unwrap_or(""))
+                ),
+                None => escape(r.error.as_deref().unwrap_or("")),
+            };
             let _ = writeln!(
                 out,
                 "<tr><td class=l>{}</td><td>{}</td>{}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{:.1}</td><td class=\"why {}\">{} {}</td>{}</tr>",
@@ -217,7 +256,7 @@ pub fn render_html(
                 r.wall_ms,
                 r.status.as_str(),
                 r.status.as_str(),
-                escape(detail),
+                detail,
                 if has_files {
                     let files = artifacts.iter().find(|a| {
                         a.schedule == r.schedule

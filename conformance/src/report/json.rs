@@ -15,6 +15,11 @@ pub struct Report {
     pub tool_version: String,
     /// The runs, in execution order.
     pub runs: Vec<RunRecord>,
+    /// Why each `--require-backend` backend cannot count as tested (optional field added
+    /// by memreuse; absent when every required backend ran): any entry makes the verdict
+    /// FAIL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_missing: Vec<String>,
 }
 
 impl Report {
@@ -24,6 +29,7 @@ impl Report {
             format: REPORT_FORMAT.to_owned(),
             tool_version: env!("CARGO_PKG_VERSION").to_owned(),
             runs: Vec::new(),
+            required_missing: Vec::new(),
         }
     }
 
@@ -184,7 +190,20 @@ pub struct RunRecord {
     /// Page unmap calls of expandable segments, summed over ranks (see `device_map_calls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_unmap_calls: Option<u64>,
+    /// `out_of_memory` when the run ran out of memory under settings its schedule declares
+    /// (`expect_out_of_memory`, docs/schedule-format.md; optional field added by memreuse):
+    /// the run's `status` stays `error` and its `error` the allocator's message, but it is
+    /// as expected and counts as declared in the verdict, the table and the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_outcome: Option<String>,
+    /// The schedule's reason for the declared outcome (optional field added by memreuse;
+    /// present with `declared_outcome`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared_because: Option<String>,
 }
+
+/// The `declared_outcome` of a run that ran out of memory as its schedule declares.
+pub const DECLARED_OOM: &str = "out_of_memory";
 
 /// The runner's judgement of one negative-control run against its schedule's declaration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,6 +251,9 @@ impl Verdict {
 impl RunRecord {
     /// Whether this run is what it should be (see [`Report::all_as_expected`]).
     pub fn as_expected(&self) -> bool {
+        if self.is_declared() {
+            return true;
+        }
         match self.status {
             RunStatus::Error => return false,
             RunStatus::Skipped => return true,
@@ -241,6 +263,12 @@ impl RunRecord {
             return self.negative_control_verdict.is_some_and(Verdict::matches);
         }
         matches!(self.status, RunStatus::Passed | RunStatus::Skipped)
+    }
+
+    /// Whether the run ended as its schedule declares (an out-of-memory error under the
+    /// declared settings): as expected, whatever else is judged.
+    pub fn is_declared(&self) -> bool {
+        self.status == RunStatus::Error && self.declared_outcome.is_some()
     }
 
     /// A record with every figure zero, for `schedule` on `backend` in `mode`.
@@ -287,6 +315,8 @@ impl RunRecord {
             device_free_calls: None,
             device_map_calls: None,
             device_unmap_calls: None,
+            declared_outcome: None,
+            declared_because: None,
         }
     }
 

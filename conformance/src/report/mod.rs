@@ -9,12 +9,14 @@ mod json;
 mod meta;
 mod summary;
 mod table;
+mod verdict;
 
 pub use html::{MemorySeries, render_html};
-pub use json::{REPORT_FORMAT, RaceCounts, Report, RunRecord, RunStatus, Verdict};
+pub use json::{DECLARED_OOM, REPORT_FORMAT, RaceCounts, Report, RunRecord, RunStatus, Verdict};
 pub use meta::RunMeta;
 pub use summary::{Tally, headline, render_markdown, tallies};
 pub use table::render_table;
+pub use verdict::{Judgement, Outcome, SkipNote, judge, skip_note_number, skip_notes};
 
 /// Bytes in a human unit (binary prefixes), for tables and plots.
 pub fn human_bytes(bytes: u64) -> String {

@@ -4,8 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::json::{Report, RunStatus};
+use super::json::{Report, RunRecord, RunStatus};
 use super::meta::RunMeta;
+use super::verdict::{judge, skip_notes};
 
 /// Runs of one (backend, mode, allocator configuration) by status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,6 +25,8 @@ pub struct Tally {
     pub error: usize,
     /// Skipped runs.
     pub skipped: usize,
+    /// Runs that ran out of memory as their schedule declares (not counted in `error`).
+    pub declared: usize,
 }
 
 /// One tally per (backend, mode, allocator configuration), in the order they first ran.
@@ -44,6 +47,10 @@ pub fn tallies(report: &Report) -> Vec<Tally> {
             out.len() - 1
         };
         let t = &mut out[i];
+        if r.is_declared() {
+            t.declared += 1;
+            continue;
+        }
         match r.status {
             RunStatus::Passed => t.passed += 1,
             RunStatus::Failed => t.failed += 1,
@@ -65,18 +72,16 @@ pub fn negative_control(report: &Report) -> (usize, usize) {
     (matching, judged.len())
 }
 
-/// The one-line verdict: `PASS` when the runner would exit 0 on these runs, else `FAIL`
-/// with what did not go as expected.
+/// The one-line verdict, [`judge`]'s: `PASS: ...`, `FAIL: ...` or `NOTHING RAN: ...`,
+/// the word first and then the reason.
 pub fn headline(report: &Report) -> String {
-    let unexpected = report.runs.iter().filter(|r| !r.as_expected()).count();
-    if unexpected == 0 {
-        format!("PASS: {} runs as expected", report.runs.len())
-    } else {
-        format!(
-            "FAIL: {unexpected} of {} runs not as expected",
-            report.runs.len()
-        )
-    }
+    judge(report).to_string()
+}
+
+/// Whether some run ran out of memory as declared (the tables then get a `declared`
+/// column).
+pub(super) fn has_declared(report: &Report) -> bool {
+    report.runs.iter().any(RunRecord::is_declared)
 }
 
 /// The Markdown summary: verdict, metadata, the tally table and the runs that went wrong.
@@ -87,15 +92,21 @@ pub fn render_markdown(report: &Report, meta: &RunMeta) -> String {
         let _ = writeln!(out, "- {label}: `{}`", value.replace('`', "'"));
     }
     let has_confs = report.runs.iter().any(|r| r.alloc_conf.is_some());
-    if has_confs {
-        out.push_str(
-            "\n| backend | mode | config | passed | failed | error | skipped |\n|---|---|---|---:|---:|---:|---:|\n",
-        );
+    let declared = has_declared(report);
+    let (conf_head, conf_rule) = if has_confs {
+        (" config |", "---|")
     } else {
-        out.push_str(
-            "\n| backend | mode | passed | failed | error | skipped |\n|---|---|---:|---:|---:|---:|\n",
-        );
-    }
+        ("", "")
+    };
+    let (declared_head, declared_rule) = if declared {
+        (" declared |", "---:|")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        out,
+        "\n| backend | mode |{conf_head} passed |{declared_head} failed | error | skipped |\n|---|---|{conf_rule}---:|{declared_rule}---:|---:|---:|"
+    );
     for t in tallies(report) {
         let conf = if has_confs {
             format!(
@@ -108,11 +119,30 @@ pub fn render_markdown(report: &Report, meta: &RunMeta) -> String {
         } else {
             String::new()
         };
+        let declared_cell = if declared {
+            format!(" {} |", t.declared)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "| {} | {} |{conf} {} | {} | {} | {} |",
+            "| {} | {} |{conf} {} |{declared_cell} {} | {} | {} |",
             t.backend, t.mode, t.passed, t.failed, t.error, t.skipped
         );
+    }
+    let notes = skip_notes(report);
+    if !notes.is_empty() {
+        out.push_str("\n## Skipped\n\n");
+        for (i, n) in notes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{}. {} ({} runs): {}",
+                i + 1,
+                n.backend,
+                n.runs,
+                n.reason.replace('\n', " ")
+            );
+        }
     }
     let (matching, judged) = negative_control(report);
     if judged > 0 {

@@ -4,13 +4,14 @@ use std::fmt::Write as _;
 
 use super::human_bytes;
 use super::json::{Report, RunStatus};
+use super::verdict::{skip_note_number, skip_notes};
 
 /// Renders the comparison table of a report as plain text. Skip reasons are long and
 /// repeat on every run of a backend: each distinct one is printed once, after the table,
 /// and rows refer to it by number.
 pub fn render_table(report: &Report) -> String {
     let mut out = String::new();
-    let mut reasons: Vec<&str> = Vec::new();
+    let notes = skip_notes(report);
     let mut schedules: Vec<&str> = Vec::new();
     for r in &report.runs {
         if !schedules.contains(&r.schedule.as_str()) {
@@ -43,16 +44,12 @@ pub fn render_table(report: &Report) -> String {
             .map(|r| {
                 let status = match r.status {
                     RunStatus::Skipped => {
-                        let reason = r.skip_reason.as_deref().unwrap_or("");
-                        let n = reasons
-                            .iter()
-                            .position(|x| *x == reason)
-                            .unwrap_or_else(|| {
-                                reasons.push(reason);
-                                reasons.len() - 1
-                            });
-                        format!("skipped [{}]", n + 1)
+                        format!("skipped [{}]", skip_note_number(&notes, r).unwrap_or(0))
                     }
+                    RunStatus::Error if r.is_declared() => format!(
+                        "out of memory as declared: {}",
+                        r.declared_because.as_deref().unwrap_or("")
+                    ),
                     RunStatus::Error => format!("error: {}", r.error.as_deref().unwrap_or("")),
                     RunStatus::Failed => {
                         let races = r.races.unwrap_or_default();
@@ -111,10 +108,10 @@ pub fn render_table(report: &Report) -> String {
         }
         out.push('\n');
     }
-    if !reasons.is_empty() {
+    if !notes.is_empty() {
         let _ = writeln!(out, "skipped because:");
-        for (i, reason) in reasons.iter().enumerate() {
-            let _ = writeln!(out, "  [{}] {reason}", i + 1);
+        for (i, n) in notes.iter().enumerate() {
+            let _ = writeln!(out, "  [{}] {}: {}", i + 1, n.backend, n.reason);
         }
         out.push('\n');
     }
@@ -157,7 +154,10 @@ mod tests {
         assert!(t.contains("2.0 MiB"));
         assert!(t.contains("reuse races 3"));
         assert!(t.contains("\ntp\n"));
-        assert!(t.contains("skipped because:\n  [1] no libcuda\n"), "{t}");
+        assert!(
+            t.contains("skipped because:\n  [1] cuda: no libcuda\n"),
+            "{t}"
+        );
         assert!(
             !t.contains("config"),
             "no column without configurations: {t}"

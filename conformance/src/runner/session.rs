@@ -11,7 +11,9 @@ use super::progress::Progress;
 use super::summary::{check_required, print_totals, print_verdicts};
 use crate::alloc_conf::AllocConf;
 use crate::replay::{ModeChoice, ReplayOptions, ReplayOutcome, replay};
-use crate::report::{MemorySeries, Report, RunMeta, RunStatus, Verdict, render_table};
+use crate::report::{
+    DECLARED_OOM, MemorySeries, Report, RunMeta, RunRecord, RunStatus, Verdict, judge, render_table,
+};
 use crate::skip::SkipReason;
 use crate::stdout::Stdout;
 use crate::suite::SuiteEntry;
@@ -74,6 +76,10 @@ impl RunKey<'_> {
 impl<'a> Session<'a> {
     /// Starts the clock and the progress display for `plan`'s runs.
     pub(super) fn start(options: &'a RunOptions, plan: &'a Plan) -> Self {
+        let mut report = Report::new();
+        // A required backend that is not compiled in or has no device fails the run
+        // before any of its runs: the partial report never says PASS meanwhile.
+        report.required_missing = check_required(&plan.required, &[]).missing;
         let meta = RunMeta::capture(if options.deterministic {
             format!("deterministic, seed {}", options.seed.unwrap_or(0))
         } else {
@@ -87,7 +93,7 @@ impl<'a> Session<'a> {
             meta,
             started: Instant::now(),
             last_html: None,
-            report: Report::new(),
+            report,
             series: Vec::new(),
             files: Vec::new(),
             skips: Vec::new(),
@@ -137,6 +143,7 @@ impl<'a> Session<'a> {
             ));
         }
         let mut record = outcome.record;
+        declare_outcome(&mut record, key);
         if self.plan.builtin && key.mode == ModeChoice::Unsafe {
             let expects = key.entry.negative_control_finds_reuse_race;
             record.negative_control_expects_reuse_race = Some(expects);
@@ -199,6 +206,9 @@ impl<'a> Session<'a> {
         for m in &required.missing {
             out.line(&format!("required backend {m}"));
         }
+        let mut report = self.report;
+        report.required_missing = required.missing;
+        let judgement = judge(&report);
         let links = artifact_links(self.outputs.link_base(), self.files);
         if !self.options.quiet {
             for (flag, d) in [
@@ -213,23 +223,51 @@ impl<'a> Session<'a> {
         if let Err(e) = write_reports(
             &self.outputs,
             &self.meta,
-            &self.report,
+            &report,
             &self.series,
             &links,
             true,
         ) {
             eprintln!("memreuse-conformance: could not write the report: {e}");
-            return ExitCode::from(1);
+            out.line(&format!("FAIL: could not write the report: {e}"));
+            return out.status(ExitCode::from(1));
         }
         if !self.options.quiet {
             out.line(&format!("report: {}", self.outputs.written().join(", ")));
         }
-        out.status(
-            if self.report.all_as_expected() && required.missing.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            },
-        )
+        // The last line is the verdict, the same one summary.md and report.html lead with.
+        out.line(&judgement.to_string());
+        out.status(ExitCode::from(judgement.outcome.exit_status()))
+    }
+}
+
+/// Marks `record` as declared when it ran out of memory under settings its schedule
+/// declares for that (`expect_out_of_memory`). A run that fits anyway is judged as usual:
+/// the declaration says the schedule may not fit, not that it must fail.
+fn declare_outcome(record: &mut RunRecord, key: RunKey<'_>) {
+    let out_of_memory = record.status == RunStatus::Error
+        && (record.ooms > 0
+            || record
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("out of memory")));
+    if !out_of_memory {
+        return;
+    }
+    let default = memreuse_core::allocator::AllocatorConfig::default();
+    let config = key.conf.as_ref().map_or(&default, |c| &c.config);
+    if let Some(declared) = key
+        .entry
+        .valid
+        .schedule
+        .expect_out_of_memory
+        .iter()
+        .find(|d| d.applies_to(config))
+    {
+        record.declared_outcome = Some(DECLARED_OOM.to_owned());
+        record.declared_because = Some(format!(
+            "under `{}`: {}",
+            declared.alloc_conf, declared.because
+        ));
     }
 }

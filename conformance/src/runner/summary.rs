@@ -8,9 +8,21 @@ use crate::stdout::Stdout;
 
 /// `N runs in T s: P passed, F failed, E errors, S skipped`.
 pub(super) fn print_totals(out: &mut Stdout, report: &Report, wall_s: f64) {
-    let counts = |s: RunStatus| report.runs.iter().filter(|r| r.status == s).count();
+    let counts = |s: RunStatus| {
+        report
+            .runs
+            .iter()
+            .filter(|r| r.status == s && !r.is_declared())
+            .count()
+    };
+    let declared = report.runs.iter().filter(|r| r.is_declared()).count();
+    let declared = if declared > 0 {
+        format!(", {declared} out of memory as declared")
+    } else {
+        String::new()
+    };
     out.line(&format!(
-        "{} runs in {wall_s:.1} s: {} passed, {} failed, {} errors, {} skipped",
+        "{} runs in {wall_s:.1} s: {} passed{declared}, {} failed, {} errors, {} skipped",
         report.runs.len(),
         counts(RunStatus::Passed),
         counts(RunStatus::Failed),

@@ -2,12 +2,14 @@
 //! per-rank view of a schedule's program order that every consumer (validator, reference
 //! interpreter, replay engine) iterates.
 
+mod declared;
 mod echo;
 mod op;
 mod parse;
 mod strict_json;
 mod topology;
 
+pub use declared::DeclaredOom;
 pub use op::{AsyncWork, BatchMember, Op, OpKind, ReduceOp};
 pub use parse::{ParseError, ParseErrorKind};
 pub use topology::{Located, Topology};
@@ -121,6 +123,11 @@ pub struct Schedule {
     /// Ops run once after the body.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub teardown: Vec<Op>,
+    /// Allocator settings under which the schedule is expected to run out of memory
+    /// (docs/schedule-format.md): the runner judges such a run as declared, not as an
+    /// error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub expect_out_of_memory: Vec<DeclaredOom>,
 }
 
 /// One op as executed by one rank: where it sits in the schedule and in the expansion.

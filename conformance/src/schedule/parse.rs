@@ -140,6 +140,8 @@ struct RawSchedule {
     body: Vec<Value>,
     #[serde(default)]
     teardown: Vec<Value>,
+    #[serde(default)]
+    expect_out_of_memory: Vec<super::DeclaredOom>,
 }
 
 const OP_NAMES: [&str; 23] = [
@@ -274,6 +276,19 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
         });
     let mut next = || phases.next().unwrap_or_else(|| Ok(Vec::new()));
     let (setup, body, teardown) = (next()?, next()?, next()?);
+    for declared in &raw.expect_out_of_memory {
+        declared.check().map_err(|e| {
+            err(
+                None,
+                None,
+                ParseErrorKind::InvalidValue(format!(
+                    "expect_out_of_memory alloc_conf `{}`: {}",
+                    clip(&declared.alloc_conf),
+                    crate::alloc_conf::detail(&e)
+                )),
+            )
+        })?;
+    }
     Ok(Schedule {
         name: raw.name,
         description: raw.description,
@@ -285,5 +300,6 @@ pub(super) fn parse(file: &str, text: &str) -> Result<Schedule, ParseError> {
         setup,
         body,
         teardown,
+        expect_out_of_memory: raw.expect_out_of_memory,
     })
 }
