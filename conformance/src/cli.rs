@@ -100,6 +100,12 @@ pub struct RunArgs {
     /// alone), `off` (`races` null).
     #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "adaptor", "off"])]
     pub race_check: String,
+    /// Where a synchronous collective (`async: false`) runs: `current-stream` (PyTorch
+    /// 2.8+: on the caller's stream, no event, no record_stream, no stash) or `comm-stream`
+    /// (PyTorch <= 2.7 and torch_npu: the communication-stream hop and each mode's
+    /// lifetime rules). The negative control (`--mode unsafe`) always takes `comm-stream`.
+    #[arg(long, value_name = "PATH", default_value = "current-stream")]
+    pub sync_collectives: memreuse_core::SyncCollectives,
     /// Fail (exit 1) when this backend is unavailable or not compiled in, instead of
     /// skipping its runs (repeatable; implies `--backend NAME`). Runs skipped for too few
     /// devices are counted, not failed.
@@ -129,6 +135,7 @@ impl From<RunArgs> for RunOptions {
             trace_dir: args.trace_dir,
             quiet: args.quiet,
             race_check: args.race_check,
+            sync_collectives: args.sync_collectives,
             require_backends: args.require_backends,
             alloc_confs: args.alloc_confs,
         }

@@ -177,7 +177,7 @@ pub use error::BackendError;
 pub use ids::{AllocationId, DevicePtr, MemoryInfo, StreamId, WorkId};
 pub use process_group::{
     CommBuffer, P2pOp, ParseReuseModeError, PgError, PgStats, ProcessGroup, ProcessGroupBuilder,
-    ReuseMode, ReuseModeError, Work,
+    ReuseMode, ReuseModeError, SyncCollectives, Work,
 };
 pub use race::{AccessKind, RaceAccess, RaceKind, RaceReport};
 pub use registry::{

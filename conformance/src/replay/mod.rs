@@ -80,6 +80,9 @@ pub struct ReplayOptions {
     pub trace_dir: Option<PathBuf>,
     /// Who checks races (`--race-check`).
     pub race_check: crate::race_check::RaceCheck,
+    /// Where synchronous collectives run (`--sync-collectives`; the negative control
+    /// always takes the communication stream).
+    pub sync_collectives: memreuse_core::SyncCollectives,
     /// The allocator configuration (`--alloc-conf` / `MEMREUSE_ALLOC_CONF`); `None`: the
     /// default.
     pub alloc_conf: Option<crate::alloc_conf::AllocConf>,
@@ -98,6 +101,7 @@ impl ReplayOptions {
             snapshot_dir: None,
             trace_dir: None,
             race_check: crate::race_check::RaceCheck::Auto,
+            sync_collectives: memreuse_core::SyncCollectives::default(),
             alloc_conf: None,
         }
     }

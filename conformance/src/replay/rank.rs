@@ -164,7 +164,8 @@ impl<'s> RankState<'s> {
     ) -> Result<Self, String> {
         let backend = endpoint.backend.clone();
         let builder = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator)
-            .timeout(options.timeout);
+            .timeout(options.timeout)
+            .sync_collectives(options.sync_collectives);
         let builder = match options.mode {
             ModeChoice::Mode(m) => builder.mode(m),
             ModeChoice::Unsafe => builder.negative_control(),

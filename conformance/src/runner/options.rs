@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Who checks races: `auto`, `adaptor` or `off` (empty: `auto`).
     pub race_check: String,
+    /// Where synchronous collectives run (`--sync-collectives`).
+    pub sync_collectives: memreuse_core::SyncCollectives,
     /// Backends that must run (each is also run as if named by `backends`).
     pub require_backends: Vec<String>,
     /// Allocator configurations, one set of runs each (empty: `MEMREUSE_ALLOC_CONF`).

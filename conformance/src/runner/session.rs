@@ -123,6 +123,7 @@ impl<'a> Session<'a> {
         options.snapshot_dir.clone_from(&self.options.snapshot_dir);
         options.trace_dir.clone_from(&self.options.trace_dir);
         options.race_check = self.plan.race_check;
+        options.sync_collectives = self.options.sync_collectives;
         options.alloc_conf.clone_from(key.conf);
         options
     }
