@@ -96,6 +96,11 @@ fn run_writes_viewer_snapshots_timelines_and_metrics_and_links_them() {
     let (snaps, traces, report) = (root.join("snap"), root.join("trace"), root.join("report"));
     let out = Command::new(env!("CARGO_BIN_EXE_memreuse-conformance"))
         .args(["run", "--backend", "mock", "--mode", "all", "--quiet"])
+        // The communication-stream path for synchronous collectives too: there every
+        // collective of mode 0 records its stream, so every mode-0 snapshot has a pending
+        // free to show (on the current stream, a rank whose ops are all synchronous, such
+        // as e2-p2p-batch's ranks 2 and 3, has none).
+        .args(["--sync-collectives", "comm-stream"])
         .arg("--snapshot-dir")
         .arg(&snaps)
         .arg("--trace-dir")
