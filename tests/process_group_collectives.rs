@@ -85,6 +85,8 @@ fn reduce_scatter_sum_max_and_min() {
                             ReduceOp::Sum => (0..world).map(at).sum(),
                             ReduceOp::Max => at(world - 1),
                             ReduceOp::Min => at(0),
+                            ReduceOp::Prod => (0..world).map(at).product(),
+                            ReduceOp::Avg => (0..world).map(at).sum::<f32>() / world as f32,
                         }
                     })
                     .collect()

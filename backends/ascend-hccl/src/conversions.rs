@@ -5,7 +5,7 @@
 use std::ffi::c_void;
 
 use memreuse_core::DevicePtr;
-use memreuse_core::comm::{DType, ReduceOp};
+use memreuse_core::comm::{CommError, DType, ReduceOp};
 
 use crate::sys;
 
@@ -32,11 +32,18 @@ pub(crate) fn hccl_dtype(dtype: DType) -> Option<sys::HcclDataType> {
     }
 }
 
-/// The HCCL reduction operator of `op`.
-pub(crate) fn hccl_op(op: ReduceOp) -> sys::HcclReduceOp {
+/// The HCCL reduction operator of `op`. HCCL's operators are SUM, PROD, MAX and MIN:
+/// `Avg` is refused before anything is enqueued.
+pub(crate) fn hccl_op(call: &'static str, op: ReduceOp) -> Result<sys::HcclReduceOp, CommError> {
     match op {
-        ReduceOp::Sum => sys::HCCL_REDUCE_SUM,
-        ReduceOp::Max => sys::HCCL_REDUCE_MAX,
-        ReduceOp::Min => sys::HCCL_REDUCE_MIN,
+        ReduceOp::Sum => Ok(sys::HCCL_REDUCE_SUM),
+        ReduceOp::Prod => Ok(sys::HCCL_REDUCE_PROD),
+        ReduceOp::Max => Ok(sys::HCCL_REDUCE_MAX),
+        ReduceOp::Min => Ok(sys::HCCL_REDUCE_MIN),
+        ReduceOp::Avg => Err(CommError::invalid_argument(
+            call,
+            "the ascend backend cannot reduce with avg: HCCL's operators are sum, prod, max \
+             and min",
+        )),
     }
 }

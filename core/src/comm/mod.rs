@@ -9,11 +9,13 @@
 //! batch never block each other.
 
 mod dtype;
+mod elementwise;
 mod erased;
 mod error;
 mod group_ranks;
 
-pub use dtype::{DType, ReduceOp};
+pub use dtype::{DType, ReduceOp, UnknownName};
+pub use elementwise::{ElementwiseError, combine_into, finish_average, read_f64, write_f64};
 pub use erased::ErasedCommunicator;
 pub use error::CommError;
 pub use group_ranks::group_position;

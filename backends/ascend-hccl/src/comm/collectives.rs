@@ -31,17 +31,10 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         stream: &AscendStream,
     ) -> Result<(), CommError> {
         let t = Self::dtype("all_reduce", dtype)?;
+        let o = hccl_op("all_reduce", op)?;
         let api = self.device.api();
         self.call("HcclAllReduce", |c| {
-            hccl::all_reduce(
-                api,
-                buf,
-                count as u64,
-                t,
-                hccl_op(op),
-                c,
-                stream.raw_handle(),
-            )
+            hccl::all_reduce(api, buf, count as u64, t, o, c, stream.raw_handle())
         })
     }
 
@@ -70,6 +63,7 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         stream: &AscendStream,
     ) -> Result<(), CommError> {
         let t = Self::dtype("reduce_scatter", dtype)?;
+        let o = hccl_op("reduce_scatter", op)?;
         let api = self.device.api();
         self.call("HcclReduceScatter", |c| {
             hccl::reduce_scatter(
@@ -78,7 +72,7 @@ impl Communicator<AscendDevice> for AscendCommunicator {
                 output,
                 count as u64,
                 t,
-                hccl_op(op),
+                o,
                 c,
                 stream.raw_handle(),
             )

@@ -13,6 +13,7 @@
 //! never a panic: bodies run on stream worker threads, where a panic would kill the stream.
 
 use memreuse_core::BackendError;
+use memreuse_core::comm::{DType, ElementwiseError, ReduceOp, combine_into, finish_average};
 
 use crate::error::BACKEND_NAME;
 use crate::region::JointMemory;
@@ -84,6 +85,84 @@ pub fn all_reduce(
         // `regions` is at least 1 here: `reduce_region0` read region 0 of every rank.
         let out = mem.regions(r) - 1;
         write_f32(mem.bytes_mut(r, out)?, &acc);
+    }
+    Ok(())
+}
+
+/// Region 0 of every rank reduced in `dtype` with core's reference arithmetic, in rank
+/// order (rank 0 first), `Avg` finished by the rank count.
+fn reduce_region0_typed(
+    mem: &JointMemory<'_>,
+    dtype: DType,
+    op: ReduceOp,
+    what: &'static str,
+) -> Result<Vec<u8>, BackendError> {
+    let invalid =
+        |e: ElementwiseError| BackendError::invalid_argument(BACKEND_NAME, what, e.to_string());
+    let mut acc = mem.bytes(0, 0)?.to_vec();
+    for r in 1..mem.ranks() {
+        combine_into(dtype, op, &mut acc, mem.bytes(r, 0)?).map_err(invalid)?;
+    }
+    if mem.ranks() == 1 && !dtype.reduces_with(op) {
+        return Err(invalid(ElementwiseError::Unsupported { dtype, op }));
+    }
+    finish_average(dtype, op, &mut acc, mem.ranks()).map_err(invalid)?;
+    Ok(acc)
+}
+
+/// All-reduce of any reducible element type: the layout of [`all_reduce`], the arithmetic
+/// of [`combine_into`] (so every host-side communicator gives the same bits).
+pub fn all_reduce_typed(
+    mem: &mut JointMemory<'_>,
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), BackendError> {
+    same_len(mem, 0, "all_reduce")?;
+    let acc = reduce_region0_typed(mem, dtype, op, "all_reduce")?;
+    for r in 0..mem.ranks() {
+        // `regions` is at least 1 here: region 0 of every rank was read.
+        let out = mem.regions(r) - 1;
+        let dst = mem.bytes_mut(r, out)?;
+        if dst.len() != acc.len() {
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "all_reduce",
+                "input and output lengths differ",
+            ));
+        }
+        dst.copy_from_slice(&acc);
+    }
+    Ok(())
+}
+
+/// Reduce-scatter of any reducible element type: the layout of [`reduce_scatter`], the
+/// arithmetic of [`combine_into`].
+pub fn reduce_scatter_typed(
+    mem: &mut JointMemory<'_>,
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), BackendError> {
+    let total = same_len(mem, 0, "reduce_scatter")?;
+    let ranks = mem.ranks();
+    let acc = reduce_region0_typed(mem, dtype, op, "reduce_scatter")?;
+    let chunk = total / ranks;
+    if total % ranks != 0 || chunk as u64 % dtype.size_bytes() != 0 {
+        return Err(BackendError::invalid_argument(
+            BACKEND_NAME,
+            "reduce_scatter",
+            format!("{total} input bytes do not split into {ranks} whole {dtype} chunks"),
+        ));
+    }
+    for r in 0..ranks {
+        let out = mem.bytes_mut(r, 1)?;
+        if out.len() != chunk {
+            return Err(BackendError::invalid_argument(
+                BACKEND_NAME,
+                "reduce_scatter",
+                "input is not output x group size",
+            ));
+        }
+        out.copy_from_slice(&acc[r * chunk..(r + 1) * chunk]);
     }
     Ok(())
 }

@@ -86,6 +86,22 @@ fn bytes_of(count: usize, dtype: DType) -> u64 {
     count as u64 * dtype.size_bytes()
 }
 
+/// Refuses, before anything is enqueued, a reduction the reference arithmetic does not
+/// define (the mock reduces with it: `avg` on integers, any reduction on fp8).
+fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
+    if dtype.reduces_with(op) {
+        Ok(())
+    } else {
+        Err(CommError::invalid_argument(
+            call,
+            format!(
+                "the mock backend cannot reduce {dtype} with {op} (avg is for floating types; \
+                 fp8 types are for data movement)"
+            ),
+        ))
+    }
+}
+
 impl MockCommunicator {
     pub(crate) fn new(family: Arc<Family>, rank: usize) -> MockCommunicator {
         MockCommunicator {
@@ -188,9 +204,10 @@ impl Communicator<MockDevice> for MockCommunicator {
         op: ReduceOp,
         stream: &MockStream,
     ) -> Result<(), CommError> {
+        check_reduction("all_reduce", dtype, op)?;
         let jop = JointOp::new(format!("all_reduce({op})"))
             .access(MemAccess::write(buf, bytes_of(count, dtype)))
-            .body(move |m| collective::all_reduce(m, |a, b| op.apply(a, b)));
+            .body(move |m| collective::all_reduce_typed(m, dtype, op));
         self.collective(stream, jop)
     }
 
@@ -219,11 +236,12 @@ impl Communicator<MockDevice> for MockCommunicator {
         op: ReduceOp,
         stream: &MockStream,
     ) -> Result<(), CommError> {
+        check_reduction("reduce_scatter", dtype, op)?;
         let n = bytes_of(count, dtype);
         let jop = JointOp::new(format!("reduce_scatter({op})"))
             .access(MemAccess::read(input, n * self.size() as u64))
             .access(MemAccess::write(output, n))
-            .body(move |m| collective::reduce_scatter(m, |a, b| op.apply(a, b)));
+            .body(move |m| collective::reduce_scatter_typed(m, dtype, op));
         self.collective(stream, jop)
     }
 

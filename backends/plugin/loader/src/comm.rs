@@ -10,7 +10,8 @@ use memreuse_core::{BackendError, CommError, Communicator, DType, DevicePtr, Red
 use parking_lot::Mutex;
 
 use crate::abi::{
-    MR_DTYPE_F32, MR_OK, MR_OP_MAX, MR_OP_MIN, MR_OP_SUM, MrComm, MrDType, MrReduceOp, MrStream,
+    MR_DTYPE_F32, MR_OK, MR_OP_AVG, MR_OP_MAX, MR_OP_MIN, MR_OP_PROD, MR_OP_SUM, MrComm, MrDType,
+    MrReduceOp, MrStream,
 };
 use crate::device::{PluginDevice, PluginStream, entry};
 
@@ -55,6 +56,8 @@ pub fn dtype_code(dtype: DType) -> Result<MrDType, CommError> {
 pub fn op_code(op: ReduceOp) -> MrReduceOp {
     match op {
         ReduceOp::Sum => MR_OP_SUM,
+        ReduceOp::Prod => MR_OP_PROD,
+        ReduceOp::Avg => MR_OP_AVG,
         ReduceOp::Max => MR_OP_MAX,
         ReduceOp::Min => MR_OP_MIN,
     }
