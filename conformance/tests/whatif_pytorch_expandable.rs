@@ -1,0 +1,137 @@
+//! memreuse's expandable segments against an independent model of PyTorch's rules
+//! (`pytorch_expandable`), on the recorded model traces (`traces/*.trace.gz`), at device
+//! capacities on the 2 MiB grid from just below the live peak to just above the setting's
+//! reserved peak on an unlimited device: the first out-of-memory entry, the reserved peak
+//! and the device-allocation count must be equal. Every capacity of the grid is checked
+//! (about 130 replays through each allocator: under 2 s in a debug build).
+
+mod pytorch_expandable;
+
+use std::path::Path;
+
+use memreuse_conformance::whatif::{Action, CAPACITY_STEP, ReplayHistory, import_file, replay};
+use memreuse_core::AllocatorConfig;
+use pytorch_expandable::{Model, ModelConfig, ModelFigures};
+
+/// The settings compared: expandable segments alone, with 2 MiB large pages, and with
+/// PyTorch's garbage collection (a memory fraction of the whole device).
+const SETTINGS: [&str; 3] = [
+    "expandable_segments:True",
+    "expandable_segments:True,expandable_segments_page_size_mb:2",
+    "expandable_segments:True,garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+];
+
+fn model_config(conf: &str) -> ModelConfig {
+    let mut cfg = ModelConfig {
+        fraction: conf
+            .contains("per_process_memory_fraction:1.0")
+            .then_some(1.0),
+        ..ModelConfig::default()
+    };
+    if conf.contains("expandable_segments_page_size_mb:2") {
+        cfg.large_page = 2 << 20;
+    }
+    cfg
+}
+
+/// Replays `history` through the model on a device of `capacity` bytes.
+fn model_replay(history: &ReplayHistory, cfg: ModelConfig, capacity: u64) -> ModelFigures {
+    let mut model = Model::new(cfg, capacity);
+    let mut ptrs: Vec<Option<u64>> = vec![None; history.ids];
+    for b in &history.initial {
+        if b.size > 0 {
+            ptrs[b.id] = Some(model.malloc(b.size, b.stream).expect("initial blocks fit"));
+        }
+    }
+    for entry in &history.entries {
+        match entry.action {
+            Action::Alloc { size, stream } => {
+                if size > 0 {
+                    match model.malloc(size, stream) {
+                        Some(p) => ptrs[entry.id] = Some(p),
+                        None => {
+                            model.figures.first_oom = Some(entry.source);
+                            break;
+                        }
+                    }
+                }
+            }
+            Action::Free => {
+                if let Some(p) = ptrs[entry.id].take() {
+                    model.free(p, false);
+                }
+            }
+            Action::FreeRequested => {
+                if let Some(p) = ptrs[entry.id] {
+                    model.free(p, true);
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(p) = ptrs[entry.id].take() {
+                    model.complete(p);
+                }
+            }
+        }
+    }
+    model.figures
+}
+
+fn memreuse_replay(history: &ReplayHistory, conf: &str, capacity: u64) -> ModelFigures {
+    let config = AllocatorConfig::parse(conf).expect("valid setting");
+    let f = replay(history, config, capacity, &mut |_| {}).expect("replay");
+    ModelFigures {
+        reserved_peak: f.reserved_peak_bytes,
+        device_allocs: f.device_allocations,
+        first_oom: f.first_oom_entry,
+    }
+}
+
+/// The capacities compared for one setting: the 2 MiB grid from the step below the live
+/// peak to the step above the unlimited reserved peak (above it nothing changes: no request
+/// fails, so the chain that depends on the capacity never runs).
+fn grid(history: &ReplayHistory, unlimited_peak: u64) -> Vec<u64> {
+    let lo = (history.live_peak_bytes() / CAPACITY_STEP).saturating_sub(1);
+    let hi = unlimited_peak.div_ceil(CAPACITY_STEP) + 1;
+    (lo..=hi).map(|s| s * CAPACITY_STEP).collect()
+}
+
+fn compare_trace(name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../traces")
+        .join(format!("{name}.trace.gz"));
+    let history = import_file(&path, None).expect("recorded trace");
+    let mut differences = Vec::new();
+    let mut compared = 0;
+    for conf in SETTINGS {
+        let unlimited = memreuse_replay(&history, conf, u64::MAX);
+        let cfg = model_config(conf);
+        assert_eq!(
+            model_replay(&history, cfg, u64::MAX),
+            unlimited,
+            "{name} {conf}: unlimited device"
+        );
+        for capacity in grid(&history, unlimited.reserved_peak) {
+            let ours = memreuse_replay(&history, conf, capacity);
+            let theirs = model_replay(&history, cfg, capacity);
+            compared += 1;
+            if ours != theirs {
+                differences.push(format!(
+                    "{name} {conf} at {} MiB: memreuse {ours:?}, PyTorch model {theirs:?}",
+                    capacity >> 20
+                ));
+            }
+        }
+    }
+    assert!(compared > 3 * 10, "{name}: only {compared} capacities");
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn gpt2_small_expandable_matches_the_pytorch_model() {
+    compare_trace("gpt2-small");
+}
+
+#[test]
+fn llama_expandable_matches_the_pytorch_model() {
+    compare_trace("llama");
+}
