@@ -68,8 +68,8 @@ pub struct WhatifArgs {
     /// Write an HTML page (index.html) with the reserved-memory overlay into this directory.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
-    /// Also search, per setting, the smallest device it fits on (bisection in 2 MiB steps:
-    /// about a dozen more replays per setting).
+    /// Also search, per setting, the smallest device it fits on: every capacity on the
+    /// 2 MiB grid from the live peak up, one replay each, until one fits.
     #[arg(long)]
     pub smallest_device: bool,
     /// No table and no progress bar.
@@ -130,7 +130,7 @@ pub fn evaluate(
                     Ok(figures) => {
                         if search {
                             match search_smallest(history, &config, &figures, capacity) {
-                                Ok(bytes) => smallest_device = Some(bytes),
+                                Ok(bytes) => smallest_device = bytes,
                                 Err(e) => {
                                     outcomes.push(SettingOutcome {
                                         alloc_conf,
@@ -164,7 +164,7 @@ fn search_smallest(
     config: &memreuse_core::AllocatorConfig,
     figures: &ReplayFigures,
     capacity: Option<u64>,
-) -> Result<u64, memreuse_core::AllocError> {
+) -> Result<Option<u64>, memreuse_core::AllocError> {
     let unlimited_peak = if capacity.is_none() {
         figures.reserved_peak_bytes
     } else {
