@@ -58,17 +58,17 @@ fn model_replay(history: &ReplayHistory, cfg: ModelConfig, capacity: u64) -> Mod
             }
             Action::Free => {
                 if let Some(p) = ptrs[entry.id].take() {
-                    model.free(p, false);
+                    model.free(p, None);
                 }
             }
             Action::FreeRequested => {
                 if let Some(p) = ptrs[entry.id] {
-                    model.free(p, true);
+                    model.free(p, Some(entry.id));
                 }
             }
             Action::FreeCompleted => {
                 if let Some(p) = ptrs[entry.id].take() {
-                    model.complete(p);
+                    model.complete(p, entry.id);
                 }
             }
         }
@@ -134,4 +134,93 @@ fn gpt2_small_expandable_matches_the_pytorch_model() {
 #[test]
 fn llama_expandable_matches_the_pytorch_model() {
     compare_trace("llama");
+}
+
+/// A deterministic pseudo-random history the recorded traces do not cover: two streams,
+/// pending frees (`free_requested` long before `free_completed`), requests in both pools
+/// and across the 1 MiB, 10 MiB and page boundaries.
+fn random_history(seed: u64, len: usize) -> ReplayHistory {
+    let mut state = seed;
+    let mut next = move |n: u64| {
+        // xorshift64*
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) % n
+    };
+    let (mut live, mut pending, mut entries, mut ids) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    for source in 0..len as u64 {
+        let roll = next(100);
+        let action = if roll < 50 || live.is_empty() {
+            let size = match next(3) {
+                0 => 1 + next(1 << 20),
+                1 => (1 << 20) + next(9 << 20),
+                _ => (10 << 20) + next(54 << 20),
+            };
+            live.push(ids);
+            ids += 1;
+            (
+                ids - 1,
+                Action::Alloc {
+                    size,
+                    stream: next(2) as usize,
+                },
+            )
+        } else if roll < 85 {
+            let id = live.swap_remove(next(live.len() as u64) as usize);
+            (id, Action::Free)
+        } else if roll < 95 {
+            let id = live.swap_remove(next(live.len() as u64) as usize);
+            pending.push(id);
+            (id, Action::FreeRequested)
+        } else if let Some(id) =
+            (!pending.is_empty()).then(|| pending.swap_remove(next(pending.len() as u64) as usize))
+        {
+            (id, Action::FreeCompleted)
+        } else {
+            continue;
+        };
+        entries.push(memreuse_conformance::whatif::Entry {
+            id: action.0,
+            action: action.1,
+            source,
+        });
+    }
+    ReplayHistory {
+        format: "random".to_owned(),
+        streams: vec![0, 1],
+        entries,
+        ids,
+        ..ReplayHistory::default()
+    }
+}
+
+#[test]
+fn random_two_stream_histories_with_pending_frees_match_the_pytorch_model() {
+    let mut differences = Vec::new();
+    for seed in 1..=3 {
+        let history = random_history(seed * 0x9e37_79b9, 1200);
+        for conf in SETTINGS {
+            let cfg = model_config(conf);
+            let unlimited = memreuse_replay(&history, conf, u64::MAX);
+            assert_eq!(
+                model_replay(&history, cfg, u64::MAX),
+                unlimited,
+                "seed {seed} {conf}: unlimited device"
+            );
+            // About a dozen capacities spread over the grid keep the test short.
+            let all = grid(&history, unlimited.reserved_peak);
+            for capacity in all.iter().copied().step_by(all.len().div_ceil(12)) {
+                let ours = memreuse_replay(&history, conf, capacity);
+                let theirs = model_replay(&history, cfg, capacity);
+                if ours != theirs {
+                    differences.push(format!(
+                        "seed {seed} {conf} at {} MiB: memreuse {ours:?}, PyTorch model {theirs:?}",
+                        capacity >> 20
+                    ));
+                }
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
 }

@@ -38,6 +38,8 @@ enum State {
     Allocated,
     /// Freed by the user with an event outstanding (`event_count > 0`).
     Pending {
+        /// Who freed it (the caller's allocation id): a completion names it.
+        tag: usize,
         /// The event completed; `process_events` frees it at the next allocation.
         done: bool,
     },
@@ -195,22 +197,24 @@ impl Model {
         self.try_merge(ptr, self.next_of(ptr));
     }
 
-    /// The user frees the block at `ptr`; `pending`: another stream still uses it.
-    pub fn free(&mut self, ptr: u64, pending: bool) {
-        if pending {
-            self.blocks.get_mut(&ptr).expect("block").state = State::Pending { done: false };
+    /// The user frees the block at `ptr`; `pending`: another stream still uses it, until
+    /// [`Model::complete`] with the same `tag`.
+    pub fn free(&mut self, ptr: u64, pending: Option<usize>) {
+        if let Some(tag) = pending {
+            self.blocks.get_mut(&ptr).expect("block").state = State::Pending { tag, done: false };
             self.pending += 1;
         } else {
             self.free_block(ptr);
         }
     }
 
-    /// The pending free of the block at `ptr` completed (its event is done).
-    pub fn complete(&mut self, ptr: u64) {
+    /// The pending free `tag` of the block at `ptr` completed (its event is done); nothing
+    /// when an out-of-memory retry already synchronized it.
+    pub fn complete(&mut self, ptr: u64, tag: usize) {
         if let Some(b) = self.blocks.get_mut(&ptr)
-            && matches!(b.state, State::Pending { .. })
+            && b.state == (State::Pending { tag, done: false })
         {
-            b.state = State::Pending { done: true };
+            b.state = State::Pending { tag, done: true };
         }
     }
 
@@ -222,7 +226,7 @@ impl Model {
             .blocks
             .iter()
             .filter(|(_, b)| match b.state {
-                State::Pending { done } => done || !only_done,
+                State::Pending { done, .. } => done || !only_done,
                 _ => false,
             })
             .map(|(p, _)| *p)
