@@ -47,13 +47,11 @@ fn model_replay(history: &ReplayHistory, cfg: ModelConfig, capacity: u64) -> Mod
         match entry.action {
             Action::Alloc { size, stream } => {
                 if size > 0 {
-                    match model.malloc(size, stream) {
-                        Some(p) => ptrs[entry.id] = Some(p),
-                        None => {
-                            model.figures.first_oom = Some(entry.source);
-                            break;
-                        }
-                    }
+                    let Some(p) = model.malloc(size, stream) else {
+                        model.figures.first_oom = Some(entry.source);
+                        break;
+                    };
+                    ptrs[entry.id] = Some(p);
                 }
             }
             Action::Free => {

@@ -2,6 +2,8 @@
 //! job's live peak, whether the device is smaller than what the program itself holds (then
 //! no setting can fit), and a recommendation.
 
+use std::fmt::Write as _;
+
 use super::history::ReplayHistory;
 use super::output::{Outcome, SettingOutcome, display_conf, mib};
 
@@ -76,10 +78,11 @@ pub fn recommendation(outcomes: &[SettingOutcome], capacity: Option<u64>) -> Opt
     if defaults_fit {
         line.push_str("; PyTorch's defaults fit already: no change needed");
     } else if let Some((cheapest, _)) = fitting.iter().min_by_key(|(o, _)| pieces(&o.alloc_conf)) {
-        line.push_str(&format!(
+        let _ = write!(
+            line,
             "; the cheapest change from the defaults that fits: {}",
             display_conf(&cheapest.alloc_conf)
-        ));
+        );
     }
     Some(line)
 }

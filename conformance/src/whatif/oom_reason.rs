@@ -14,8 +14,10 @@
 
 use memreuse_core::OutOfMemory;
 
+/// MiB with one decimal, as the table prints sizes (not shared with `output.rs`, which
+/// depends on the replay's figures that this module fills).
 fn mib(bytes: u64) -> String {
-    super::output::mib(bytes)
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// The reason for `oom`, raised on a device of `capacity` bytes while the program held

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use memreuse_core::testing::{ManualBackend, ManualStream};
 use memreuse_core::{AllocError, AllocatorConfig, Backend, CachingAllocator, Storage};
 
-pub use super::oom_reason::oom_reason;
+use super::oom_reason::oom_reason;
 
 use super::history::{Action, ReplayHistory};
 
@@ -49,7 +49,8 @@ pub struct ReplayFigures {
     pub first_oom_position: Option<u64>,
     /// Its message.
     pub oom_message: Option<String>,
-    /// Why it ran out of memory, in a few words ([`oom_reason`]).
+    /// Why it ran out of memory, in a few words: `live`, `cap`, `rounding` or
+    /// `fragmentation`, then the figures (`docs/whatif-format.md`).
     pub oom_reason: Option<String>,
     /// Entries replayed (all of them when nothing ran out of memory).
     pub entries_replayed: u64,

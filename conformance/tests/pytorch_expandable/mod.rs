@@ -482,15 +482,13 @@ impl Model {
         // garbage_collect_cached_blocks skips expandable blocks, and
         // release_available_cached_blocks does nothing without max_split_size: neither
         // changes anything here.
-        let ptr = match self.get_free_block(stream, size, pool_of(small)) {
-            Some(p) => p,
-            None => match self.alloc_block(stream, small, size, alloc_size) {
-                Some(p) => p,
-                None => {
-                    self.release_cached_blocks();
-                    self.alloc_block(stream, small, size, alloc_size)?
-                }
-            },
+        let ptr = if let Some(p) = self.get_free_block(stream, size, pool_of(small)) {
+            p
+        } else if let Some(p) = self.alloc_block(stream, small, size, alloc_size) {
+            p
+        } else {
+            self.release_cached_blocks();
+            self.alloc_block(stream, small, size, alloc_size)?
         };
         // alloc_found_block: split when the rest has at least kMinBlockSize.
         let b = self.blocks[&ptr];
