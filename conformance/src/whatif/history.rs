@@ -80,25 +80,39 @@ impl ReplayHistory {
     /// lower bound on any allocator's reserved peak. A block stops counting when the user
     /// frees it (`free_requested`), even while its free is pending.
     pub fn live_peak_bytes(&self) -> u64 {
+        self.live_peak_at().0
+    }
+
+    /// [`ReplayHistory::live_peak_bytes`] and the entry (counted from 1) where the program
+    /// first held it; 0 when the blocks live at the start already hold it.
+    pub fn live_peak_at(&self) -> (u64, u64) {
         let mut sizes = vec![0u64; self.extent().0];
         let mut live: u64 = 0;
         for b in &self.initial {
             sizes[b.id] = b.size;
             live += b.size;
         }
-        let mut peak = live;
-        for e in &self.entries {
+        let (mut peak, mut at) = (live, 0);
+        for (index, e) in self.entries.iter().enumerate() {
             match e.action {
                 Action::Alloc { size, .. } => {
                     sizes[e.id] = size;
                     live += size;
-                    peak = peak.max(live);
+                    if live > peak {
+                        (peak, at) = (live, index as u64 + 1);
+                    }
                 }
                 Action::Free | Action::FreeRequested => live = live.saturating_sub(sizes[e.id]),
                 Action::FreeCompleted => {}
             }
         }
-        peak
+        (peak, at)
+    }
+
+    /// The position (counted from 1) of the first entry whose source index is at least
+    /// `source`: how a recorded `oom` entry, which is not replayed, is numbered.
+    pub fn position_of_source(&self, source: u64) -> u64 {
+        self.entries.partition_point(|e| e.source < source) as u64 + 1
     }
 
     /// Converts the events of a validated `memreuse.trace/1` file, each with its line.

@@ -89,7 +89,16 @@ fn overlay(outcomes: &[SettingOutcome], live_peak: u64) -> Option<String> {
 }
 
 /// The whole page (self-contained: the SVG is inline).
-pub fn render_page(file: &str, table: &str, outcomes: &[SettingOutcome], live_peak: u64) -> String {
+/// `summary` are the lines the terminal prints around the table (history and device, live
+/// peak, whether anything can fit, the recommendation); the table carries each setting's
+/// out-of-memory reason.
+pub fn render_page(
+    file: &str,
+    summary: &[String],
+    table: &str,
+    outcomes: &[SettingOutcome],
+    live_peak: u64,
+) -> String {
     let mut page = String::new();
     let _ = write!(
         page,
@@ -101,6 +110,11 @@ pub fn render_page(file: &str, table: &str, outcomes: &[SettingOutcome], live_pe
         live = human_bytes(live_peak),
         t = escape(table),
     );
+    page.push_str("<ul class=\"summary\">\n");
+    for line in summary {
+        let _ = writeln!(page, "<li>{}</li>", escape(line));
+    }
+    page.push_str("</ul>\n");
     match overlay(outcomes, live_peak) {
         Some(svg) => page.push_str(&svg),
         None => page.push_str("<p>(no setting was replayed: nothing to plot)</p>"),

@@ -11,11 +11,13 @@
 mod capacity_search;
 mod doc;
 mod error;
+mod explain;
 mod history;
 mod html;
 mod import;
 mod json;
 mod limits;
+mod oom_reason;
 mod output;
 mod pickle;
 mod pickle_input;
@@ -55,21 +57,23 @@ pub struct WhatifArgs {
     /// roundup_power2_divisions:4 and a garbage_collection_threshold setting.
     #[arg(long = "alloc-conf", value_name = "CONF")]
     pub alloc_conf: Vec<String>,
-    /// Device capacity in bytes (default: the device total the history records, else
-    /// unlimited).
-    #[arg(long, value_name = "BYTES")]
+    /// Device capacity: bytes, or a number with KiB/MiB/GiB/TiB (case-insensitive; decimal
+    /// KB/MB/GB/TB are refused). Default: the device total the history records, else
+    /// unlimited.
+    #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
     /// A snapshot's device to replay (default: the first with trace entries).
     #[arg(long, value_name = "N")]
     pub device: Option<usize>,
-    /// Write the memreuse.whatif/1 JSON here.
-    #[arg(long, value_name = "PATH")]
+    /// Write the memreuse.whatif/1 JSON here (`-`: to standard output; the table then goes
+    /// to standard error).
+    #[arg(long, value_name = "PATH", allow_hyphen_values = true)]
     pub json: Option<PathBuf>,
     /// Write an HTML page (index.html) with the reserved-memory overlay into this directory.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
-    /// Also search, per setting, the smallest device it fits on (bisection in 2 MiB steps:
-    /// about a dozen more replays per setting).
+    /// Also search, per setting, the smallest device it fits on: every capacity on the
+    /// 2 MiB grid from the live peak up, one replay each, until one fits.
     #[arg(long)]
     pub smallest_device: bool,
     /// No table and no progress bar.
@@ -130,7 +134,7 @@ pub fn evaluate(
                     Ok(figures) => {
                         if search {
                             match search_smallest(history, &config, &figures, capacity) {
-                                Ok(bytes) => smallest_device = Some(bytes),
+                                Ok(bytes) => smallest_device = bytes,
                                 Err(e) => {
                                     outcomes.push(SettingOutcome {
                                         alloc_conf,
@@ -164,13 +168,27 @@ fn search_smallest(
     config: &memreuse_core::AllocatorConfig,
     figures: &ReplayFigures,
     capacity: Option<u64>,
-) -> Result<u64, memreuse_core::AllocError> {
+) -> Result<Option<u64>, memreuse_core::AllocError> {
     let unlimited_peak = if capacity.is_none() {
         figures.reserved_peak_bytes
     } else {
         replay(history, config.clone(), u64::MAX, &mut |_| {})?.reserved_peak_bytes
     };
     smallest_fitting_capacity(history, config, unlimited_peak)
+}
+
+/// The `--alloc-conf` error for the first setting that does not parse, naming the flag and
+/// the string given (the parser's messages name `MEMREUSE_ALLOC_CONF`, which whatif does
+/// not read).
+fn alloc_conf_error(confs: &[String]) -> Option<String> {
+    confs.iter().find_map(|c| {
+        memreuse_core::AllocatorConfig::parse(c).err().map(|e| {
+            let text = e.to_string();
+            let prefix = format!("{}: ", memreuse_core::allocator::ALLOC_CONF_ENV);
+            let text = text.strip_prefix(&prefix).unwrap_or(&text).to_owned();
+            format!("--alloc-conf {c:?}: {text}")
+        })
+    })
 }
 
 /// Runs `whatif`; returns the exit status (0, or 2 for a usage error or unreadable file).
@@ -188,6 +206,10 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
     } else {
         args.alloc_conf.clone()
     };
+    if let Some(e) = alloc_conf_error(&confs) {
+        eprintln!("whatif: {e}");
+        return ExitCode::from(USAGE);
+    }
     let capacity = args.device_memory.or(history.device_total);
     let total = history.entries.len() as u64 * confs.len() as u64;
     let bar = if args.quiet || total < PROGRESS_MIN_ENTRIES {
@@ -213,29 +235,22 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
     };
     bar.finish_and_clear();
     let table = render_table(&outcomes, history.lower_bound);
+    let summary = summary_lines(&file, &history, capacity, &outcomes);
+    let json_to_stdout = args.json.as_deref() == Some(std::path::Path::new("-"));
+    // With the JSON on standard output, everything for the reader goes to standard error.
+    let say = |line: &str| {
+        if json_to_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
     if !args.quiet {
-        println!(
-            "{file}: {} ({} entries, {} allocations, {} streams), device memory {}",
-            history.format,
-            history.entries.len(),
-            history.ids,
-            history.streams.len(),
-            capacity.map_or("unlimited".to_owned(), |c| format!(
-                "{c} bytes ({})",
-                output::mib(c)
-            )),
-        );
-        if history.skipped_unknown_frees > 0 || !history.initial.is_empty() {
-            println!(
-                "trace ring incomplete: {} frees of unknown blocks skipped, {} blocks live at the start rebuilt from segments",
-                history.skipped_unknown_frees,
-                history.initial.len()
-            );
+        for line in &summary[..summary.len() - 1] {
+            say(line);
         }
-        if let Some(&first) = history.recorded_ooms.first() {
-            println!("the recorded run itself ran out of memory at entry {first}");
-        }
-        print!("{table}");
+        say(table.trim_end_matches('\n'));
+        say(&summary[summary.len() - 1]);
     }
     let mut status = ExitCode::SUCCESS;
     // Every output goes through the one writer: never over the history itself, never
@@ -243,29 +258,80 @@ pub fn run(args: &WhatifArgs) -> ExitCode {
     let rules = OutputRules::new().input(&args.file);
     if let Some(path) = &args.json {
         let doc = to_json(&file, &history, capacity, &outcomes);
-        if let Err(e) = write_output(path, doc.as_bytes(), &rules) {
+        if json_to_stdout {
+            print!("{doc}");
+        } else if let Err(e) = write_output(path, doc.as_bytes(), &rules) {
             eprintln!("whatif: --json: {e}");
             status = ExitCode::FAILURE;
+        } else if !args.quiet {
+            say(&format!("wrote the JSON to {}", path.display()));
         }
     }
     if let Some(dir) = &args.report {
-        let page = html::render_page(&file, &table, &outcomes, history.live_peak_bytes());
+        let page = html::render_page(
+            &file,
+            &summary,
+            &table,
+            &outcomes,
+            history.live_peak_bytes(),
+        );
+        let index = dir.join("index.html");
         let written = std::fs::create_dir_all(dir)
             .map_err(|source| memreuse_core::output::OutputError::Io {
                 path: dir.display().to_string(),
                 source,
             })
-            .and_then(|()| {
-                write_output(
-                    &dir.join("index.html"),
-                    page.as_bytes(),
-                    &rules.clone().within(dir),
-                )
-            });
-        if let Err(e) = written {
-            eprintln!("whatif: --report: {e}");
-            status = ExitCode::FAILURE;
+            .and_then(|()| write_output(&index, page.as_bytes(), &rules.clone().within(dir)));
+        match written {
+            Err(e) => {
+                eprintln!("whatif: --report: {e}");
+                status = ExitCode::FAILURE;
+            }
+            Ok(_) if !args.quiet => say(&format!("wrote the page to {}", index.display())),
+            Ok(_) => {}
         }
     }
     status
+}
+
+/// The lines around the table, in order: the history and device, the live peak, "no setting
+/// can fit" when the device is smaller than it, the incomplete-ring and recorded-OOM notes;
+/// the last is the recommendation (printed after the table).
+fn summary_lines(
+    file: &str,
+    history: &ReplayHistory,
+    capacity: Option<u64>,
+    outcomes: &[SettingOutcome],
+) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{file}: {} ({} entries, {} allocations, {} streams), device memory {}",
+        history.format,
+        history.entries.len(),
+        history.ids,
+        history.streams.len(),
+        capacity.map_or("unlimited".to_owned(), |c| format!(
+            "{c} bytes ({})",
+            output::mib(c)
+        )),
+    )];
+    lines.push(explain::live_peak_line(history));
+    lines.extend(explain::cannot_fit_line(history, capacity));
+    if history.skipped_unknown_frees > 0 || !history.initial.is_empty() {
+        lines.push(format!(
+            "trace ring incomplete: {} frees of unknown blocks skipped, {} blocks live at the start rebuilt from segments",
+            history.skipped_unknown_frees,
+            history.initial.len()
+        ));
+    }
+    if let Some(&first) = history.recorded_ooms.first() {
+        lines.push(format!(
+            "the recorded run itself ran out of memory before entry {}",
+            history.position_of_source(first)
+        ));
+    }
+    lines.push(
+        explain::recommendation(outcomes, capacity)
+            .unwrap_or_else(|| "recommendation: none (no setting was replayed)".to_owned()),
+    );
+    lines
 }

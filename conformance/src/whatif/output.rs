@@ -64,6 +64,8 @@ struct SettingJson<'a> {
     fragmentation_at_peak: Option<f64>,
     device_allocations: Option<u64>,
     first_oom_entry: Option<u64>,
+    first_oom_position: Option<u64>,
+    oom_reason: Option<&'a str>,
     oom_message: Option<&'a str>,
     entries_replayed: Option<u64>,
     cpu_seconds: Option<f64>,
@@ -109,6 +111,8 @@ pub fn to_json(
                 fragmentation_at_peak: None,
                 device_allocations: None,
                 first_oom_entry: None,
+                first_oom_position: None,
+                oom_reason: None,
                 oom_message: None,
                 entries_replayed: None,
                 cpu_seconds: None,
@@ -124,6 +128,8 @@ pub fn to_json(
                     s.fragmentation_at_peak = Some(f.fragmentation_at_peak);
                     s.device_allocations = Some(f.device_allocations);
                     s.first_oom_entry = f.first_oom_entry;
+                    s.first_oom_position = f.first_oom_position;
+                    s.oom_reason = f.oom_reason.as_deref();
                     s.oom_message = f.oom_message.as_deref();
                     s.entries_replayed = Some(f.entries_replayed);
                     s.cpu_seconds = Some(*cpu);
@@ -205,7 +211,7 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
                     ratio(f).map_or("-".to_owned(), |r| format!("{r:.3}")),
                     f.fragmentation_at_peak * 100.0,
                     f.device_allocations,
-                    f.first_oom_entry
+                    f.first_oom_position
                         .map_or("fits".to_owned(), |e| format!("entry {e}")),
                     rate(f, *cpu).map_or("-".to_owned(), |r| format!("{:.2} M", r / 1e6)),
                 );
@@ -225,6 +231,17 @@ pub fn render_table(outcomes: &[SettingOutcome], lower_bound: bool) -> String {
             Outcome::Failed(why) => {
                 let _ = writeln!(out, "{conf:<conf_width$}  failed: {why}");
             }
+        }
+    }
+    for o in outcomes {
+        if let Outcome::Replayed(f, _) = &o.outcome
+            && let (Some(at), Some(reason)) = (f.first_oom_position, &f.oom_reason)
+        {
+            let _ = writeln!(
+                out,
+                "why {}: out of memory at entry {at}: {reason}",
+                display_conf(&o.alloc_conf)
+            );
         }
     }
     if lower_bound {

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use memreuse_core::testing::{ManualBackend, ManualStream};
 use memreuse_core::{AllocError, AllocatorConfig, Backend, CachingAllocator, Storage};
 
+use super::oom_reason::oom_reason;
+
 use super::history::{Action, ReplayHistory};
 
 /// Points kept for the reserved-over-time chart (the maximum of each bucket of entries).
@@ -42,8 +44,14 @@ pub struct ReplayFigures {
     /// The source entry of the first allocation that ran out of memory; the replay stops
     /// there, as the job would.
     pub first_oom_entry: Option<u64>,
+    /// Its position among the history's entries, counted from 1 (how the terminal and the
+    /// page number entries; `first_oom_entry` is the source file's own index).
+    pub first_oom_position: Option<u64>,
     /// Its message.
     pub oom_message: Option<String>,
+    /// Why it ran out of memory, in a few words: `live`, `cap`, `rounding` or
+    /// `fragmentation`, then the figures (`docs/whatif-format.md`).
+    pub oom_reason: Option<String>,
     /// Entries replayed (all of them when nothing ran out of memory).
     pub entries_replayed: u64,
     /// Reserved bytes over the replay: `(entry index, bytes)`, at most [`CHART_POINTS`].
@@ -102,6 +110,8 @@ pub fn replay(
                         Err(AllocError::OutOfMemory(oom)) => {
                             // The job dies here: the request was never held.
                             figures.first_oom_entry = Some(entry.source);
+                            figures.first_oom_position = Some(index + 1);
+                            figures.oom_reason = Some(oom_reason(&oom, live, capacity));
                             figures.oom_message = Some(oom.to_string());
                             break;
                         }

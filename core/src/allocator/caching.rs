@@ -275,8 +275,12 @@ impl<B: Backend> CachingAllocator<B> {
         }
         st.release_cached(su)?;
         // Blocks freed by the synchronization may fit without new memory (PyTorch goes
-        // straight to the device here).
-        if let Some(out) = st.serve(req) {
+        // straight to the device here). Not with expandable segments: there PyTorch's
+        // growth (`find_expandable_block`) is what finds them, in address order, and
+        // serving them by best fit first changes which block a request gets.
+        if !su.config.expandable_segments
+            && let Some(out) = st.serve(req)
+        {
             return Ok(out);
         }
         if let Some(slot) = st.alloc_segment(su, req, true)? {

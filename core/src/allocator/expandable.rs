@@ -72,7 +72,8 @@ impl<B: Backend> State<B> {
 
     /// `alloc_segment` with expandable segments: maps pages into the request's segment
     /// until a free block of at least `req.size` bytes exists; returns its slot.
-    /// `Ok(None)` is out of memory (device, address space or per-process limit).
+    /// `Ok(None)` is out of memory (device or address space; the caller checked the
+    /// per-process limit).
     ///
     /// With `expandable_segments_trim:True` it first unmaps whole free pages of the
     /// request's own (stream, pool) segments, up to the bytes this growth would map
@@ -207,8 +208,9 @@ impl<B: Backend> State<B> {
     }
 
     /// Maps `bytes` (whole pages) at `at` in the segment at `base`, one handle per page.
-    /// `Ok(false)` on out of memory or the per-process limit, after undoing this call's
-    /// pages; other errors are returned after the same undo.
+    /// `Ok(false)` on out of memory, after undoing this call's pages; other errors are
+    /// returned after the same undo. The per-process limit is not checked here: as in
+    /// PyTorch, `alloc_segment` checks it once, against the request's allocation size.
     fn map_pages(
         &mut self,
         su: &Setup<B>,
@@ -216,9 +218,6 @@ impl<B: Backend> State<B> {
         at: u64,
         bytes: u64,
     ) -> Result<bool, BackendError> {
-        if self.over_limit(su, bytes)? {
-            return Ok(false);
-        }
         let page = self.expandable[&base].page;
         let mut done: Vec<(u64, PhysicalHandle)> = Vec::new();
         let mut failure = None;

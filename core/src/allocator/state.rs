@@ -329,12 +329,14 @@ impl<B: Backend> State<B> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
-        if su.config.expandable_segments {
-            return self.alloc_expandable(su, req);
-        }
+        // PyTorch's `alloc_block` checks the limit against the request's allocation size
+        // before either path, also when an expandable growth maps more or less than that.
         let size = req.alloc_size;
         if self.over_limit(su, size)? {
             return Ok(None);
+        }
+        if su.config.expandable_segments {
+            return self.alloc_expandable(su, req);
         }
         let ptr = match su.backend.malloc(size) {
             Ok(p) => p.addr(),
