@@ -70,9 +70,10 @@ pub use config_env::{AllocConfPlatform, ChosenConf, PYTORCH_ALLOC_CONF_ENVS};
 pub use config_keys::{KNOWN_UNSUPPORTED_KEYS, KeyOrigin};
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
+pub(crate) use oom::OomSnapshotWriter;
 pub use oom::{
     FormatSize, OOM_SNAPSHOT_ENV, OomCulprits, OomExplainer, OomInfo, OomObserver, OutOfMemory,
-    PendingHold, ShelfHold,
+    PendingHold, ShelfHold, culprit_holds_visited,
 };
 pub use pending::EraseOutcome;
 pub use sizes::{

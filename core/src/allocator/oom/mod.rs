@@ -5,7 +5,9 @@
 //!   owner and stream, shelves of works never waited) and the explainers that add to it;
 //! - `format.rs`: bytes and lists as the message spells them ([`FormatSize`]);
 //! - `at_failure.rs`: the end of the malloc chain (the report built under the lock, then the
-//!   OOM snapshot, the observers and the explainers without it).
+//!   OOM snapshot, the observers and the explainers without it);
+//! - `snapshot_writer.rs`: the extension point through which observe writes the OOM
+//!   snapshot file (the allocator never imports observe).
 //!
 //! The malloc chain that ends here is `CachingAllocator::allocate` (`caching.rs`); the
 //! explanations a process group adds live with the process group (`oom_explain.rs`).
@@ -14,9 +16,11 @@ mod at_failure;
 mod culprits;
 mod format;
 mod report;
+mod snapshot_writer;
 
+pub(crate) use at_failure::{AtMiss, OomHooks};
 pub use at_failure::{OOM_SNAPSHOT_ENV, OomObserver};
-pub(crate) use at_failure::{OomHooks, culprits_now};
-pub use culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold};
+pub use culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold, culprit_holds_visited};
 pub use format::FormatSize;
 pub use report::{OomInfo, OutOfMemory};
+pub(crate) use snapshot_writer::OomSnapshotWriter;
