@@ -53,6 +53,7 @@ mod pending;
 mod reclaim;
 mod sizes;
 mod snapshot;
+mod snapshot_display;
 mod state;
 mod stats;
 mod storage;
@@ -73,7 +74,7 @@ pub use index::BlockRef;
 pub(crate) use oom::OomSnapshotWriter;
 pub use oom::{
     FormatSize, OOM_SNAPSHOT_ENV, OomCulprits, OomExplainer, OomInfo, OomObserver, OutOfMemory,
-    PendingHold, ShelfHold, culprit_holds_visited,
+    PendingHold, Rounding, RoundingCause, ShelfHold, culprit_holds_visited,
 };
 pub use pending::EraseOutcome;
 pub use sizes::{

@@ -17,6 +17,7 @@ use super::super::state::{Request, Setup, State};
 use super::super::trace::TraceAction;
 use super::culprits::{OomCulprits, OomExplainer, pending_culprits};
 use super::report::{OomInfo, OutOfMemory};
+use super::rounding::{Ask, Rounding};
 use super::snapshot_writer::write_oom_snapshot;
 use crate::backend::Backend;
 
@@ -176,18 +177,38 @@ fn report<B: Backend>(
         allocated,
         reserved,
     };
+    let available = limit.map_or(mem.free, |l| mem.free.min(l.saturating_sub(reserved)));
+    let ask = Ask {
+        requested: req.requested,
+        size: req.size,
+        pool: req.pool,
+        alloc_size: req.alloc_size,
+    };
+    let granularity = if su.config.expandable_segments {
+        su.backend.vm_granularity().unwrap_or(1)
+    } else {
+        1
+    };
+    let rounding = Rounding::explain(
+        &su.config,
+        granularity,
+        &ask,
+        available,
+        st.index.largest_free_block(),
+    );
     let err = OutOfMemory {
         device,
         requested: req.requested,
         device_total: mem.total,
         device_free: mem.free,
         allocated,
-        reserved_unallocated: reserved - allocated,
+        reserved_unallocated: reserved.saturating_sub(allocated),
         limit,
         largest_free_block: st.index.largest_free_block(),
         cached_free: f.cached_free_bytes,
         fragmentation: st.index.fragmentation(),
         culprits: culprits_now(st),
+        rounding,
         snapshot: None,
         snapshot_error: None,
     };
