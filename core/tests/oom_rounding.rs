@@ -86,3 +86,46 @@ fn no_rounding_note_when_the_request_itself_does_not_fit() {
     assert_eq!(oom.rounding, None);
     assert!(!oom.to_string().contains("whatif"), "{oom}");
 }
+
+#[test]
+fn a_request_beyond_the_device_is_refused_at_once() {
+    use memreuse_core::Backend;
+    let (backend, alloc, [s0, s1, _]) = setup_with(1 << 30, "");
+    // Something cached and something pending: the chain would release and synchronize.
+    drop(alloc.allocate(30 * MIB, &s0).unwrap());
+    let t = alloc.allocate(30 * MIB, &s0).unwrap();
+    alloc.record_stream(&t, &s1);
+    backend.enqueue_work(&s1).unwrap();
+    drop(t);
+    let before = alloc.stats();
+    let oom = oom_of(alloc.allocate(2 << 30, &s0));
+    let after = alloc.stats();
+    assert_eq!(after.num_ooms, before.num_ooms + 1);
+    assert_eq!(
+        (
+            after.num_sync_all_streams,
+            after.num_device_free,
+            after.num_alloc_retries
+        ),
+        (
+            before.num_sync_all_streams,
+            before.num_device_free,
+            before.num_alloc_retries
+        ),
+        "refused before the chain: nothing synchronized, released or retried"
+    );
+    assert_eq!(oom.device_total, 1 << 30);
+    assert!(!backend.is_idle(&s1));
+    let _ = backend.stream_id(&s1);
+}
+
+#[test]
+fn a_huge_request_on_an_unlimited_device_with_expandable_segments_is_refused_at_once() {
+    let (backend, alloc, [s0, _, _]) = setup_with(u64::MAX, "expandable_segments:True");
+    let oom = oom_of(alloc.allocate((1 << 63) - 1, &s0));
+    assert_eq!(oom.requested, (1 << 63) - 1);
+    assert_eq!(alloc.stats().num_device_map, 0, "no page was mapped");
+    assert_eq!(backend.vm_calls(), (0, 0));
+    // An ordinary request still works afterwards.
+    assert_eq!(alloc.allocate(1, &s0).unwrap().size(), 512);
+}

@@ -242,6 +242,11 @@ impl<B: Backend> CachingAllocator<B> {
         // What was pending when the request missed the cache, taken just before a step
         // that changes it (never on every miss: `AtMiss`).
         let mut at_miss = AtMiss::default();
+        if self.oom.beyond_device(st, su, req) {
+            return Err(AllocError::OutOfMemory(
+                self.oom.fail(self, st, su, req, at_miss),
+            ));
+        }
         if su.config.lazy_reclaim {
             at_miss.capture(st);
             st.process_events(su);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::super::callbacks::{CallbackId, Registry};
+use super::super::expandable::MAX_RESERVE;
 use super::super::state::{Request, Setup, State};
 use super::super::trace::TraceAction;
 use super::culprits::{OomCulprits, OomExplainer, pending_culprits};
@@ -75,6 +76,29 @@ impl OomHooks {
 
     pub fn snapshot_path(&self) -> Option<PathBuf> {
         self.snapshot.lock().clone()
+    }
+
+    /// True when `req` is beyond what the device could ever hold, so the malloc chain
+    /// (which synchronizes streams, releases the cache and calls back) cannot help and the
+    /// request is refused at once as an out-of-memory: its block is larger than the
+    /// device's total (when the device reports one) or than the per-process limit, or, on a
+    /// device of unlimited total with expandable segments, larger than the most addresses
+    /// one expandable segment reserves ([`MAX_RESERVE`]; otherwise it would be mapped page
+    /// by page).
+    pub fn beyond_device<B: Backend>(
+        &self,
+        st: &mut State<B>,
+        su: &Setup<B>,
+        req: &Request<'_, B>,
+    ) -> bool {
+        let total = su.backend.memory_info().map_or(0, |m| m.total);
+        let cap = match total {
+            0 => u64::MAX,
+            u64::MAX if su.config.expandable_segments => MAX_RESERVE,
+            t => t,
+        };
+        let limit = st.limit(su).ok().flatten().unwrap_or(u64::MAX);
+        req.size > cap.min(limit)
     }
 
     /// The end of the chain for `req`: the report (with `at_miss`, what was pending when
