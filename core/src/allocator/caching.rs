@@ -13,7 +13,7 @@ use super::alloc_error::AllocError;
 use super::callbacks::{CallbackId, Registry};
 use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
-use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver};
+use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver, beyond_device};
 use super::pending::EraseOutcome;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
@@ -242,7 +242,7 @@ impl<B: Backend> CachingAllocator<B> {
         // What was pending when the request missed the cache, taken just before a step
         // that changes it (never on every miss: `AtMiss`).
         let mut at_miss = AtMiss::default();
-        if self.oom.beyond_device(st, su, req) {
+        if beyond_device(st, su, req) {
             return Err(AllocError::OutOfMemory(
                 self.oom.fail(self, st, su, req, at_miss),
             ));

@@ -78,29 +78,6 @@ impl OomHooks {
         self.snapshot.lock().clone()
     }
 
-    /// True when `req` is beyond what the device could ever hold, so the malloc chain
-    /// (which synchronizes streams, releases the cache and calls back) cannot help and the
-    /// request is refused at once as an out-of-memory: its block is larger than the
-    /// device's total (when the device reports one) or than the per-process limit, or, on a
-    /// device of unlimited total with expandable segments, larger than the most addresses
-    /// one expandable segment reserves ([`MAX_RESERVE`]; otherwise it would be mapped page
-    /// by page).
-    pub fn beyond_device<B: Backend>(
-        &self,
-        st: &mut State<B>,
-        su: &Setup<B>,
-        req: &Request<'_, B>,
-    ) -> bool {
-        let total = su.backend.memory_info().map_or(0, |m| m.total);
-        let cap = match total {
-            0 => u64::MAX,
-            u64::MAX if su.config.expandable_segments => MAX_RESERVE,
-            t => t,
-        };
-        let limit = st.limit(su).ok().flatten().unwrap_or(u64::MAX);
-        req.size > cap.min(limit)
-    }
-
     /// The end of the chain for `req`: the report (with `at_miss`, what was pending when
     /// the request missed the cache, if the chain changed it since), then without the lock
     /// the snapshot, the observers and the explainers. Returns the error for `allocate` to
@@ -138,6 +115,28 @@ impl OomHooks {
         });
         Box::new(err)
     }
+}
+
+/// True when `req` is beyond what the device could ever hold, so the malloc chain
+/// (which synchronizes streams, releases the cache and calls back) cannot help and the
+/// request is refused at once as an out-of-memory: its block is larger than the
+/// device's total (when the device reports one) or than the per-process limit, or, on a
+/// device of unlimited total with expandable segments, larger than the most addresses
+/// one expandable segment reserves ([`MAX_RESERVE`]; otherwise it would be mapped page
+/// by page).
+pub(crate) fn beyond_device<B: Backend>(
+    st: &mut State<B>,
+    su: &Setup<B>,
+    req: &Request<'_, B>,
+) -> bool {
+    let total = su.backend.memory_info().map_or(0, |m| m.total);
+    let cap = match total {
+        0 => u64::MAX,
+        u64::MAX if su.config.expandable_segments => MAX_RESERVE,
+        t => t,
+    };
+    let limit = st.limit(su).ok().flatten().unwrap_or(u64::MAX);
+    req.size > cap.min(limit)
 }
 
 /// What is pending in `st` now, grouped for the report.

@@ -22,7 +22,7 @@ mod report;
 mod rounding;
 mod snapshot_writer;
 
-pub(crate) use at_failure::{AtMiss, OomHooks};
+pub(crate) use at_failure::{AtMiss, OomHooks, beyond_device};
 pub use at_failure::{OOM_SNAPSHOT_ENV, OomObserver};
 pub use culprits::{OomCulprits, OomExplainer, PendingHold, ShelfHold, culprit_holds_visited};
 pub use format::FormatSize;
