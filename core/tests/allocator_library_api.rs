@@ -138,3 +138,25 @@ fn the_allocator_never_imports_observe() {
         "observe is built on the allocator: {found:#?}"
     );
 }
+
+#[test]
+fn the_readme_calls_compile_as_written() {
+    use memreuse_core::observe::ViewerSnapshot;
+    let (_b, alloc, [s0, _, _]) = setup_with(1 << 30, "");
+    let config =
+        AllocatorConfig::default().with_trace_capacity(memreuse_core::DEFAULT_TRACE_CAPACITY);
+    assert_eq!(config.trace_capacity, 16384);
+    let _t = alloc.allocate(MIB, &s0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A `&str`, a `String` or a `PathBuf` is a path, and the allocator gives the device.
+    let file = dir.path().join("snap.pickle");
+    ViewerSnapshot::from_allocator(&alloc)
+        .unwrap()
+        .write_pickle(file.to_str().unwrap())
+        .unwrap();
+    ViewerSnapshot::from_allocator(&alloc)
+        .unwrap()
+        .write_json(dir.path().join("snap.json"))
+        .unwrap();
+    assert!(file.exists());
+}
