@@ -329,10 +329,8 @@ impl Backend for ManualBackend {
             .div_ceil(GUARD)
             .checked_mul(GUARD)
             .and_then(|b| st.next_addr.checked_add(b)?.checked_add(GUARD));
-        let (Some(next), true) = (
-            next,
-            st.used.saturating_add(bytes) <= st.capacity && st.used.checked_add(bytes).is_some(),
-        ) else {
+        let fits = st.used.checked_add(bytes).is_some_and(|u| u <= st.capacity);
+        let (Some(next), true) = (next, fits) else {
             st.counters.failed_mallocs += 1;
             return Err(BackendError::OutOfMemory {
                 backend: NAME.to_owned(),
