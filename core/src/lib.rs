@@ -168,7 +168,8 @@ mod world;
 
 pub use allocator::{
     AllocError, AllocatorConfig, AllocatorStats, BlockRef, CachingAllocator, CallbackId,
-    ConfigError, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage, WeakStorage,
+    ConfigError, DEFAULT_TRACE_CAPACITY, EraseOutcome, OomInfo, OutOfMemory, Snapshot, Storage,
+    WeakStorage,
 };
 pub use backend::{Backend, Capabilities};
 pub use comm::{CommError, Communicator, DType, ReduceOp};

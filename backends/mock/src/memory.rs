@@ -22,8 +22,27 @@ pub(crate) use vm::VM_GRANULARITY;
 pub const ALLOCATION_ALIGNMENT: u64 = 512;
 /// Unmapped bytes after every allocation, so overruns hit no other allocation.
 const GUARD_GAP: u64 = ALLOCATION_ALIGNMENT;
-/// Size of each device's slice of the fake address space (16 TiB).
-const ADDRESS_SPACE: u64 = 1 << 44;
+/// The smallest slice of the fake address space a device gets (16 TiB).
+const MIN_ADDRESS_SPACE: u64 = 1 << 44;
+/// The largest slice (2^62: two slices still fit below 2^63).
+const MAX_ADDRESS_SPACE: u64 = 1 << 62;
+
+/// The slice of the fake address space of a device of `capacity` bytes: 64 times the
+/// capacity, rounded up to a power of two, and at least [`MIN_ADDRESS_SPACE`].
+///
+/// Addresses are never reused and an expandable segment reserves 1.125 times the capacity
+/// per (stream, pool), so a fixed 16 TiB made expandable segments fail with a bogus
+/// out-of-memory on devices of several TiB or with many streams. Every device of one
+/// configuration has the same capacity, hence the same slice size, so the devices of one
+/// world never share an address; devices up to 256 GiB keep the 16 TiB slice (and their
+/// addresses).
+fn address_space(capacity: u64) -> u64 {
+    capacity
+        .saturating_mul(64)
+        .checked_next_power_of_two()
+        .unwrap_or(MAX_ADDRESS_SPACE)
+        .clamp(MIN_ADDRESS_SPACE, MAX_ADDRESS_SPACE)
+}
 /// Freshly allocated memory holds this byte: contents are undefined, and a schedule that
 /// reads memory it never wrote sees garbage, not conveniently zeroed bytes.
 const FILL_BYTE: u8 = 0xA5;
@@ -94,16 +113,19 @@ impl Memory {
         backing: bool,
         fault: Option<MallocFault>,
     ) -> Memory {
-        // Slice 0 is skipped so that no device hands out addresses near null. Past 2^19
-        // devices the slices would leave the 63-bit range; wrapping keeps them valid.
-        let slice = (index as u64 % ((1 << 19) - 1)) + 1;
-        let start = slice * ADDRESS_SPACE;
+        // Slice 0 is skipped so that no device hands out addresses near null. Past the
+        // slices that fit below 2^63 (2^19 of 16 TiB) the index wraps, which keeps them
+        // valid.
+        let len = address_space(capacity);
+        let slices = (1u64 << 63) / len;
+        let slice = (index as u64 % (slices - 1)) + 1;
+        let start = slice * len;
         Memory {
             backing,
             capacity,
             used: 0,
             next_addr: start,
-            end_addr: start + ADDRESS_SPACE,
+            end_addr: start + len,
             malloc_calls: 0,
             fault,
             allocs: BTreeMap::new(),
@@ -282,6 +304,24 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_address_space_is_sized_from_the_capacity() {
+        // Up to 256 GiB: the 16 TiB slices and addresses of before.
+        assert_eq!(address_space(1 << 30), 1 << 44);
+        assert_eq!(address_space(256 << 30), 1 << 44);
+        assert_eq!(Memory::new(0, 1 << 30, false, None).next_addr, 1 << 44);
+        assert_eq!(Memory::new(3, 1 << 30, false, None).next_addr, 4 << 44);
+        // An 8 TiB device reserves 1.125 x its capacity per (stream, pool): several fit.
+        let tib = 1u64 << 40;
+        let mut m = Memory::new(0, 8 * tib, false, None);
+        for _ in 0..4 {
+            m.vm_reserve(9 * tib).unwrap();
+        }
+        // An unlimited device gets the largest slice, still below 2^63.
+        let m = Memory::new(5, u64::MAX, false, None);
+        assert_eq!((m.next_addr, m.end_addr), (1 << 62, 1 << 63));
+    }
 
     #[test]
     fn spans_are_validated_and_addresses_aligned() {

@@ -13,7 +13,7 @@ use super::alloc_error::AllocError;
 use super::callbacks::{CallbackId, Registry};
 use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
-use super::oom::{OomExplainer, OomHooks, OomObserver, culprits_now};
+use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver, beyond_device};
 use super::pending::EraseOutcome;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
@@ -239,16 +239,23 @@ impl<B: Backend> CachingAllocator<B> {
         req: &Request<'_, B>,
     ) -> Result<HandOut, AllocError> {
         let su = &self.setup;
-        // What was pending when the request missed the cache: the chain below synchronizes
-        // those streams, so an OOM report taken at its end would no longer see them.
-        let pending_at_miss = culprits_now(st);
+        // What was pending when the request missed the cache, taken just before a step
+        // that changes it (never on every miss: `AtMiss`).
+        let mut at_miss = AtMiss::default();
+        if beyond_device(st, su, req) {
+            return Err(AllocError::OutOfMemory(
+                self.oom.fail(self, st, su, req, at_miss),
+            ));
+        }
         if su.config.lazy_reclaim {
+            at_miss.capture(st);
             st.process_events(su);
             if let Some(out) = st.serve(req) {
                 return Ok(out);
             }
         }
         if !self.free_callbacks.is_empty() {
+            at_miss.capture(st);
             // Callbacks drop storages, which re-enters `drop_handle`: never hold the lock.
             let freed = parking_lot::MutexGuard::unlocked(st, || {
                 let mut freed = false;
@@ -273,6 +280,7 @@ impl<B: Backend> CachingAllocator<B> {
         {
             return Ok(st.hand_out(slot, req));
         }
+        at_miss.capture(st);
         st.release_cached(su)?;
         // Blocks freed by the synchronization may fit without new memory (PyTorch goes
         // straight to the device here). Not with expandable segments: there PyTorch's
@@ -289,13 +297,9 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(out) = self.relieve_pressure(st, su, req)? {
             return Ok(out);
         }
-        Err(AllocError::OutOfMemory(self.oom.fail(
-            self,
-            st,
-            su,
-            req,
-            pending_at_miss,
-        )))
+        Err(AllocError::OutOfMemory(
+            self.oom.fail(self, st, su, req, at_miss),
+        ))
     }
 
     /// The last step before out of memory: the memory-pressure callbacks (which may block,

@@ -104,6 +104,16 @@ impl Default for AllocatorConfig {
     }
 }
 
+/// [`AllocatorConfig::parse`], so `"expandable_segments:True".parse::<AllocatorConfig>()`
+/// works as it does for [`crate::ReuseMode`].
+impl std::str::FromStr for AllocatorConfig {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        Self::parse(s)
+    }
+}
+
 /// A malformed configuration string. Each variant names the key (or the piece) and what is
 /// valid.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]

@@ -138,6 +138,25 @@ impl AllocatorConfig {
         Self::from_env_for(AllocConfPlatform::Generic)
     }
 
+    /// The user's configuration from the environment, for the backend named `backend`
+    /// ([`crate::Backend::name`], or `MEMREUSE_BACKEND`'s spelling): the one call a library
+    /// program makes to honour `MEMREUSE_ALLOC_CONF` (then `PYTORCH_ALLOC_CONF`, then
+    /// `PYTORCH_CUDA_ALLOC_CONF` for CUDA or `PYTORCH_NPU_ALLOC_CONF` for Ascend, as
+    /// [`AllocatorConfig::from_env_for`] reads them). Nothing set gives the defaults; an
+    /// invalid value is the [`ConfigError`] naming the variable it came from.
+    ///
+    /// ```
+    /// use memreuse_core::{AllocatorConfig, Backend, CachingAllocator};
+    /// let backend = std::sync::Arc::new(memreuse_core::testing::ManualBackend::new(1 << 30));
+    /// let config = AllocatorConfig::from_env_for_backend(backend.name())?;
+    /// let allocator = CachingAllocator::try_new(backend, config)?;
+    /// # drop(allocator);
+    /// # Ok::<(), memreuse_core::allocator::ConfigError>(())
+    /// ```
+    pub fn from_env_for_backend(backend: &str) -> Result<Self, ConfigError> {
+        Self::from_env_for(AllocConfPlatform::for_backend(backend))
+    }
+
     /// Reads the configuration from the first set variable of `platform`'s precedence
     /// (module docs of `config_env.rs`: `MEMREUSE_ALLOC_CONF`, `PYTORCH_ALLOC_CONF`, then
     /// `PYTORCH_CUDA_ALLOC_CONF` or `PYTORCH_NPU_ALLOC_CONF`), warning when another set

@@ -50,7 +50,7 @@ use crate::virtual_memory::PhysicalHandle;
 use super::expandable_segment::ExpandableSegment;
 use super::index::{Growth, SlotState};
 use super::sizes::{PoolKind, SMALL_BUFFER};
-use super::state::{Request, Setup, State};
+use super::state::{DeviceOp, Request, Setup, State};
 use super::trace::TraceAction;
 
 /// Addresses reserved per expandable segment when the backend reports no total memory
@@ -116,7 +116,7 @@ impl<B: Backend> State<B> {
                     return Err(e);
                 }
             }
-            self.counts.num_device_alloc += 1;
+            self.counts.device_op(DeviceOp::Alloc);
             self.trace
                 .push(TraceAction::SegmentMap, t_ptr, bytes, req.stream_id, None);
             cand = self.index.map_front(target, bytes);
@@ -236,7 +236,7 @@ impl<B: Backend> State<B> {
                 failure = Some(e);
                 break;
             }
-            self.counts.num_device_map += 1;
+            self.counts.device_op(DeviceOp::Map);
             done.push((addr, handle));
         }
         let Some(e) = failure else {
@@ -253,7 +253,7 @@ impl<B: Backend> State<B> {
                 .backend
                 .vm_unmap(DevicePtr(addr), page)
                 .and_then(|()| su.backend.vm_release_physical(handle));
-            self.counts.num_device_unmap += 1;
+            self.counts.device_op(DeviceOp::Unmap);
             if let Err(undo) = undone {
                 tracing::error!(%undo, "memreuse allocator: could not undo a partial expandable-segment growth");
                 return Err(undo);
@@ -364,7 +364,7 @@ impl<B: Backend> State<B> {
                 failure = Some(e);
                 break;
             }
-            self.counts.num_device_unmap += 1;
+            self.counts.device_op(DeviceOp::Unmap);
             self.expandable
                 .get_mut(&base)
                 .expect("segment exists")
@@ -381,7 +381,7 @@ impl<B: Backend> State<B> {
         }
         if done > 0 {
             self.index.unmap_range(slot, start, done);
-            self.counts.num_device_free += 1;
+            self.counts.device_op(DeviceOp::Free);
             self.trace
                 .push(TraceAction::SegmentUnmap, start, done, stream, None);
         }

@@ -2,7 +2,7 @@
 //!
 //! The figure is RMM's arena and Umpire's: `1 - largest free block / total free bytes`.
 //! Pending-free and quarantined blocks are not free yet and do not count. Free blocks merge
-//! at once (as in PyTorch), so the figures equal what [`crate::observe::fragmentation`]
+//! at once (as in PyTorch), so the figures equal what observe's `fragmentation`
 //! computes from a snapshot.
 
 /// The free (cached, `inactive`) blocks of one pool.

@@ -53,6 +53,7 @@ mod pending;
 mod reclaim;
 mod sizes;
 mod snapshot;
+mod snapshot_display;
 mod state;
 mod stats;
 mod storage;
@@ -70,9 +71,10 @@ pub use config_env::{AllocConfPlatform, ChosenConf, PYTORCH_ALLOC_CONF_ENVS};
 pub use config_keys::{KNOWN_UNSUPPORTED_KEYS, KeyOrigin};
 pub use fragmentation::{Fragmentation, PoolFragmentation};
 pub use index::BlockRef;
+pub(crate) use oom::OomSnapshotWriter;
 pub use oom::{
     FormatSize, OOM_SNAPSHOT_ENV, OomCulprits, OomExplainer, OomInfo, OomObserver, OutOfMemory,
-    PendingHold, ShelfHold,
+    PendingHold, Rounding, RoundingCause, ShelfHold, culprit_holds_visited,
 };
 pub use pending::EraseOutcome;
 pub use sizes::{

@@ -216,7 +216,7 @@ impl<B: Backend> PendingFrees<B> {
             Freed::Now
         } else {
             self.in_flight += self.slots[slot as usize].events.len();
-            self.pending.push(slot);
+            self.push_pending(slot);
             Freed::Pending
         }
     }
@@ -229,9 +229,26 @@ impl<B: Backend> PendingFrees<B> {
         }
     }
 
+    /// `slot` joins the pending list (its position kept in its [`DeviceSlot`]).
+    fn push_pending(&mut self, slot: u32) {
+        self.slots[slot as usize].pending_at = Some(self.pending.len());
+        self.pending.push(slot);
+    }
+
+    /// Removes `pending[i]` (swapping the last entry into its place, whose kept position
+    /// follows); returns its slot.
+    fn swap_remove_pending(&mut self, i: usize) -> u32 {
+        let slot = self.pending.swap_remove(i);
+        self.slots[slot as usize].pending_at = None;
+        if let Some(&moved) = self.pending.get(i) {
+            self.slots[moved as usize].pending_at = Some(i);
+        }
+        slot
+    }
+
     /// The pending block at `pending[i]` leaves the pending list with its events.
     fn take_pending(&mut self, i: usize) -> u32 {
-        let slot = self.pending.swap_remove(i);
+        let slot = self.swap_remove_pending(i);
         self.in_flight -= self.slots[slot as usize].events.len();
         self.return_events(slot);
         slot
@@ -279,7 +296,7 @@ impl<B: Backend> PendingFrees<B> {
             if let Some(error) = failed {
                 self.quarantine_pending(i, error, &mut on);
             } else if d.events.is_empty() {
-                self.pending.swap_remove(i);
+                self.swap_remove_pending(i);
                 self.freed(slot, &mut on);
             } else {
                 i += 1;
@@ -371,10 +388,10 @@ impl<B: Backend> PendingFrees<B> {
         if !self.slots[slot as usize].events.is_empty() {
             return EraseOutcome::Erased;
         }
-        let Some(p) = self.pending.iter().position(|&s| s == slot) else {
+        let Some(p) = self.slots[slot as usize].pending_at else {
             return EraseOutcome::Erased;
         };
-        self.pending.swap_remove(p);
+        self.swap_remove_pending(p);
         self.slots[slot as usize].uses.clear();
         EraseOutcome::FreedNow
     }

@@ -62,18 +62,47 @@ fn new_allocator_serial() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed) & ((1 << SERIAL_BITS) - 1)
 }
 
+/// A device operation counted in [`CallCounts`] (through [`CallCounts::device_op`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum DeviceOp {
+    /// A segment allocated, or an expandable segment grown (`num_device_alloc`).
+    Alloc,
+    /// A segment freed, or a range of an expandable segment unmapped (`num_device_free`).
+    Free,
+    /// One physical page mapped (`num_device_map`).
+    Map,
+    /// One physical page unmapped (`num_device_unmap`).
+    Unmap,
+}
+
 /// Counters of calls and device operations (the figures of memory are the index's, the
-/// event counters the pending frees'). Each counter has one writer.
+/// event counters the pending frees'). Each counter has one writer: the device counters
+/// are private, written only by [`CallCounts::device_op`] (ordinary and expandable
+/// segments both count through it).
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct CallCounts {
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
-    pub num_device_alloc: u64,
-    pub num_device_free: u64,
-    pub num_device_map: u64,
-    pub num_device_unmap: u64,
+    num_device_alloc: u64,
+    num_device_free: u64,
+    num_device_map: u64,
+    num_device_unmap: u64,
     pub record_stream_calls: u64,
     pub erase_stream_calls: u64,
+}
+
+impl CallCounts {
+    /// Counts one device operation: the one writer of the device counters.
+    #[inline]
+    pub fn device_op(&mut self, op: DeviceOp) {
+        let counter = match op {
+            DeviceOp::Alloc => &mut self.num_device_alloc,
+            DeviceOp::Free => &mut self.num_device_free,
+            DeviceOp::Map => &mut self.num_device_map,
+            DeviceOp::Unmap => &mut self.num_device_unmap,
+        };
+        *counter += 1;
+    }
 }
 
 /// Everything the allocator lock protects.
@@ -344,7 +373,7 @@ impl<B: Backend> State<B> {
             Err(e) => return Err(e),
         };
         self.segment_streams.insert(ptr, req.stream.clone());
-        self.counts.num_device_alloc += 1;
+        self.counts.device_op(DeviceOp::Alloc);
         self.trace
             .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
         Ok(Some(self.index.add_segment(
@@ -367,7 +396,7 @@ impl<B: Backend> State<B> {
         su.backend.free(crate::ids::DevicePtr(base))?;
         let seg = self.index.remove_segment(slot);
         self.segment_streams.remove(&base);
-        self.counts.num_device_free += 1;
+        self.counts.device_op(DeviceOp::Free);
         self.trace
             .push(TraceAction::SegmentFree, base, seg.size, seg.stream, None);
         Ok(())

@@ -30,6 +30,9 @@ pub(crate) struct DeviceSlot<B: Backend> {
     pub uses: Vec<StreamUse<B::Stream>>,
     /// Events recorded at free time on the streams in `uses`, at most one per stream.
     pub events: Vec<(StreamId, B::Event)>,
+    /// The block's position in the pending list while it is pending-free, so removing it
+    /// (an erase that frees it) is O(1), not a search of every pending block.
+    pub pending_at: Option<usize>,
 }
 
 impl<B: Backend> Default for DeviceSlot<B> {
@@ -37,6 +40,7 @@ impl<B: Backend> Default for DeviceSlot<B> {
         DeviceSlot {
             uses: Vec::new(),
             events: Vec::new(),
+            pending_at: None,
         }
     }
 }

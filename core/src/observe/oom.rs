@@ -9,11 +9,17 @@
 //! the file. The trace of the snapshot ends with the `oom` entry; enable tracing
 //! (`AllocatorConfig::with_trace_capacity`) to see what led there, without it the trace
 //! holds only that entry.
+//!
+//! The allocator does not call this module: it takes the snapshot and hands it to the
+//! writer registered here (`inventory`), so observe stays built on the allocator and never
+//! the reverse.
 
 use std::path::{Path, PathBuf};
 
 use super::viewer::{ExportError, ViewerSnapshot};
-use crate::allocator::{CachingAllocator, OomInfo, TraceAction, TraceEntry, trace_clock_us};
+use crate::allocator::{
+    CachingAllocator, OomInfo, OomSnapshotWriter, Snapshot, TraceAction, TraceEntry, trace_clock_us,
+};
 use crate::backend::Backend;
 use crate::ids::StreamId;
 
@@ -28,7 +34,11 @@ pub fn oom_snapshot<B: Backend>(
     allocator: &CachingAllocator<B>,
     info: &OomInfo,
 ) -> Result<ViewerSnapshot, ExportError> {
-    let mut snap = allocator.snapshot();
+    viewer_at_oom(allocator.snapshot(), info)
+}
+
+/// [`oom_snapshot`] from a snapshot already taken.
+fn viewer_at_oom(mut snap: Snapshot, info: &OomInfo) -> Result<ViewerSnapshot, ExportError> {
     if snap
         .traces
         .last()
@@ -71,12 +81,34 @@ pub fn write_oom_snapshot<B: Backend>(
     info: &OomInfo,
     template: &Path,
 ) -> Result<PathBuf, (PathBuf, ExportError)> {
+    write_snapshot_file(allocator.snapshot(), info, template)
+}
+
+/// [`write_oom_snapshot`] from a snapshot already taken.
+fn write_snapshot_file(
+    snap: Snapshot,
+    info: &OomInfo,
+    template: &Path,
+) -> Result<PathBuf, (PathBuf, ExportError)> {
     let file = oom_snapshot_path(template, info.device);
-    match oom_snapshot(allocator, info).and_then(|s| s.write_pickle(&file)) {
+    match viewer_at_oom(snap, info).and_then(|s| s.write_pickle(&file)) {
         Ok(()) => Ok(file),
         Err(e) => {
             tracing::warn!(%e, file = %file.display(), "memreuse: could not write the OOM snapshot");
             Err((file, e))
         }
     }
+}
+
+/// The writer the allocator calls at an out-of-memory (its snapshot, taken at the failure).
+fn write_for_allocator(
+    snap: Snapshot,
+    info: &OomInfo,
+    template: &Path,
+) -> Result<PathBuf, (PathBuf, String)> {
+    write_snapshot_file(snap, info, template).map_err(|(file, e)| (file, e.to_string()))
+}
+
+inventory::submit! {
+    OomSnapshotWriter { write: write_for_allocator }
 }

@@ -178,6 +178,14 @@ impl ViewerSnapshot {
         Self::from_devices(&[(device, snapshot)])
     }
 
+    /// Takes `allocator`'s snapshot and converts it (the device index is the backend's):
+    /// the call when the program holds the allocator, not a device index.
+    pub fn from_allocator<B: crate::Backend>(
+        allocator: &crate::CachingAllocator<B>,
+    ) -> Result<Self, ExportError> {
+        Self::from_snapshot(allocator.backend().device_index(), &allocator.snapshot())
+    }
+
     /// Converts the snapshots of several devices' allocators into one file.
     pub fn from_devices(snapshots: &[(usize, &Snapshot)]) -> Result<Self, ExportError> {
         let mut out = ViewerSnapshot::default();
@@ -254,13 +262,13 @@ impl ViewerSnapshot {
 
     /// Writes the pickle to `path` (through a temporary file in the same directory, so a
     /// reader never sees half a file).
-    pub fn write_pickle(&self, path: &Path) -> Result<(), ExportError> {
-        write_atomic(path, &self.to_pickle()?)
+    pub fn write_pickle(&self, path: impl AsRef<Path>) -> Result<(), ExportError> {
+        write_atomic(path.as_ref(), &self.to_pickle()?)
     }
 
     /// Writes the JSON to `path`.
-    pub fn write_json(&self, path: &Path) -> Result<(), ExportError> {
-        write_atomic(path, self.to_json()?.as_bytes())
+    pub fn write_json(&self, path: impl AsRef<Path>) -> Result<(), ExportError> {
+        write_atomic(path.as_ref(), self.to_json()?.as_bytes())
     }
 }
 

@@ -323,18 +323,23 @@ impl Backend for ManualBackend {
                 what: format!("raw allocation #{}", st.malloc_calls),
             });
         }
-        if st.used.saturating_add(bytes) > st.capacity {
+        // Checked, not saturated: on an unlimited device a second huge allocation must not
+        // wrap `used` nor share the saturated address of the first.
+        let next = bytes
+            .div_ceil(GUARD)
+            .checked_mul(GUARD)
+            .and_then(|b| st.next_addr.checked_add(b)?.checked_add(GUARD));
+        let fits = st.used.checked_add(bytes).is_some_and(|u| u <= st.capacity);
+        let (Some(next), true) = (next, fits) else {
             st.counters.failed_mallocs += 1;
             return Err(BackendError::OutOfMemory {
                 backend: NAME.to_owned(),
                 requested: bytes,
                 detail: format!("{} of {} bytes in use", st.used, st.capacity),
             });
-        }
+        };
         let ptr = st.next_addr;
-        st.next_addr = ptr
-            .saturating_add(bytes.div_ceil(GUARD).saturating_mul(GUARD))
-            .saturating_add(GUARD);
+        st.next_addr = next;
         st.used += bytes;
         st.live.insert(ptr, bytes);
         st.counters.raw_mallocs += 1;

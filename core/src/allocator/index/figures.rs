@@ -35,7 +35,9 @@ impl Counter {
         let p = &mut self.pools[i];
         let current = p.current + amount;
         p.current = current;
-        p.allocated += amount;
+        // Cumulative: the one figure that is not bounded by the device (2^64 bytes handed
+        // out over a run of huge requests), so it saturates instead of wrapping.
+        p.allocated = p.allocated.saturating_add(amount);
         // Conditional stores: in a steady state no peak moves, and the test is cheaper than
         // a `max` and a store.
         if current > p.peak {

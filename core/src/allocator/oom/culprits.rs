@@ -11,7 +11,10 @@
 //! - device memory **outside the allocator** (communicator buffers, contexts), which
 //!   [`super::OutOfMemory::outside_allocator`] already computes.
 
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::super::fragmentation::{Fragmentation, PoolFragmentation};
 use super::super::index::BlockIndex;
@@ -78,15 +81,14 @@ impl OomCulprits {
 
     /// Adds pending entries seen earlier in the malloc chain that are not listed yet.
     pub(crate) fn merge_pending(&mut self, earlier: OomCulprits) {
-        for p in earlier.pending {
-            if !self
+        let listed: HashSet<(UseOwner, StreamId)> =
+            self.pending.iter().map(|q| (q.owner, q.stream)).collect();
+        self.pending.extend(
+            earlier
                 .pending
-                .iter()
-                .any(|q| q.owner == p.owner && q.stream == p.stream)
-            {
-                self.pending.push(p);
-            }
-        }
+                .into_iter()
+                .filter(|p| !listed.contains(&(p.owner, p.stream))),
+        );
     }
 
     /// Names the operation of `work` in the pending entries it owns.
@@ -134,31 +136,50 @@ impl fmt::Display for ShelfHold {
     }
 }
 
-/// The pending-free blocks grouped by the owner and stream of each use they wait for.
+/// Uses visited by [`pending_culprits`] in this process (every walk adds the uses it
+/// visits): what a test asserts to prove no cache miss walks the pending frees.
+static HOLDS_VISITED: AtomicU64 = AtomicU64::new(0);
+
+/// Uses of pending-free blocks visited so far, in this process, to name OOM culprits.
+///
+/// A cache miss walks none: the culprits are taken only when an out-of-memory is
+/// reported, or just before the malloc chain synchronizes the streams that hold them.
+#[doc(hidden)]
+pub fn culprit_holds_visited() -> u64 {
+    HOLDS_VISITED.load(Ordering::Relaxed)
+}
+
+/// The pending-free blocks grouped by the owner and stream of each use they wait for, in
+/// the order each group first appears (one hash lookup per use: linear in the uses).
 pub(crate) fn pending_culprits<B: Backend>(
     pending: &PendingFrees<B>,
     index: &BlockIndex,
 ) -> OomCulprits {
     let mut held: Vec<PendingHold> = Vec::new();
+    let mut group: HashMap<(UseOwner, StreamId), usize> = HashMap::new();
+    let mut visited = 0u64;
     for (slot, owner, stream) in pending.holds() {
+        visited += 1;
         let size = index.block(slot).size;
-        match held
-            .iter_mut()
-            .find(|p| p.owner == owner && p.stream == stream)
-        {
-            Some(p) => {
-                p.bytes += size;
+        match group.entry((owner, stream)) {
+            Entry::Occupied(i) => {
+                let p = &mut held[*i.get()];
+                p.bytes = p.bytes.saturating_add(size);
                 p.blocks += 1;
             }
-            None => held.push(PendingHold {
-                owner,
-                stream,
-                op: None,
-                bytes: size,
-                blocks: 1,
-            }),
+            Entry::Vacant(v) => {
+                v.insert(held.len());
+                held.push(PendingHold {
+                    owner,
+                    stream,
+                    op: None,
+                    bytes: size,
+                    blocks: 1,
+                });
+            }
         }
     }
+    HOLDS_VISITED.fetch_add(visited, Ordering::Relaxed);
     OomCulprits {
         pending: held,
         shelved: Vec::new(),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use super::super::fragmentation::Fragmentation;
 use super::culprits::{OomCulprits, fragmented_bytes};
 use super::format::{FormatSize, write_list};
+use super::rounding::Rounding;
 
 /// What OOM observers receive (PyTorch's `(device, alloc_size, limit, device_free)` and
 /// the allocator's own figures).
@@ -57,6 +58,9 @@ pub struct OutOfMemory {
     /// What holds the unusable bytes: pending-free blocks per work and stream, shelves of
     /// works never waited (filled by the process groups' explainers).
     pub culprits: OomCulprits,
+    /// How much device memory the request needed beyond its own size and why, when that
+    /// is why it failed (its block would have fit in what the device had free).
+    pub rounding: Option<Rounding>,
     /// The memory snapshot written at the failure (`MEMREUSE_OOM_SNAPSHOT`, or
     /// [`crate::CachingAllocator::set_oom_snapshot_path`]), if one was written.
     pub snapshot: Option<PathBuf>,
@@ -87,6 +91,13 @@ impl fmt::Display for OutOfMemory {
             FormatSize(self.allocated),
             FormatSize(self.reserved_unallocated),
         )?;
+        if let Some(r) = &self.rounding {
+            write!(
+                f,
+                " This request of {} failed because {r}. To see which allocator settings fit the whole job, run `memreuse-conformance whatif` on a memory snapshot of it (MEMREUSE_OOM_SNAPSHOT writes one at the failure).",
+                FormatSize(self.requested),
+            )?;
+        }
         if self.device_total > 0 {
             write!(
                 f,
