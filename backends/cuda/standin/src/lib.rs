@@ -75,4 +75,4 @@ mod state;
 mod stream;
 mod vm;
 
-pub use state::DEFAULT_DEVICES;
+pub use memreuse_standin_engine::DEFAULT_DEVICES;

@@ -465,6 +465,13 @@ unsafe extern "C" fn ncclCommAbort(comm: usize) -> u32 {
     })
 }
 
+/// Harness: `comm`'s asynchronous state becomes `code` (sticky, as a real communicator's
+/// first error is), an error NCCL hits on its own such as a peer's failure.
+pub(crate) fn set_async_error(comm: usize, code: u32) -> Result<(), u32> {
+    member(comm)?.async_error.store(code, Ordering::Release);
+    Ok(())
+}
+
 /// The code a failed piece of work gives `ncclCommGetAsyncError`.
 fn async_code(e: &memreuse_core::BackendError) -> u32 {
     match e {
