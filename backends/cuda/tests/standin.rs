@@ -11,11 +11,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memreuse_core::comm::{CommError, Communicator, DType, ReduceOp};
 use memreuse_core::store::LaunchEnv;
-use memreuse_core::{Backend, BackendError};
+use memreuse_core::{AllocError, AllocatorConfig, Backend, BackendError, CachingAllocator};
 use memreuse_cuda::{CudaDevice, device_count, open_cuda_world, open_rank};
 
 const CHILD: &str = "MEMREUSE_CUDA_STANDIN_CHILD";
@@ -125,6 +126,23 @@ fn configure(devices: u32, timeout_ms: u64) {
         hook("memreuse_standin_configure");
     // SAFETY: plain integers; no handle is in use.
     assert_eq!(unsafe { f(devices, 1 << 30, 0, 0, timeout_ms) }, 0);
+}
+
+/// `memreuse_standin_inject_call_failure(name, nth, code)`: the `nth` next call of `name`
+/// answers `code`.
+fn inject_call_failure(name: &std::ffi::CStr, nth: u64, code: i64) {
+    let f: unsafe extern "C" fn(*const std::ffi::c_char, u64, i64) -> u32 =
+        hook("memreuse_standin_inject_call_failure");
+    // SAFETY: a NUL-terminated name and plain integers.
+    assert_eq!(unsafe { f(name.as_ptr(), nth, code) }, 0);
+}
+
+/// `memreuse_standin_pending_failures()` and `memreuse_standin_live_allocations()`.
+fn pending_and_live() -> (u64, u64) {
+    let pending: unsafe extern "C" fn() -> u64 = hook("memreuse_standin_pending_failures");
+    let live: unsafe extern "C" fn() -> u64 = hook("memreuse_standin_live_allocations");
+    // SAFETY: no arguments.
+    unsafe { (pending(), live()) }
 }
 
 #[test]
@@ -381,4 +399,186 @@ fn an_nccl_without_alltoall_takes_grouped_send_recv() {
             });
         }
     });
+}
+
+/// An out-of-memory of `cuMemAlloc_v2` (injected on the device) is `OutOfMemory` naming
+/// the call; the allocator frees its cache and retries; nothing leaks.
+#[test]
+fn an_oom_at_cumemalloc_is_out_of_memory_and_the_allocator_retries() {
+    if parent(
+        "an_oom_at_cumemalloc_is_out_of_memory_and_the_allocator_retries",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(1, 0);
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let inject: unsafe extern "C" fn(i32, u64) -> u32 = hook("memreuse_standin_inject_malloc_oom");
+    // SAFETY: plain integers.
+    assert_eq!(unsafe { inject(0, 1) }, 0);
+    let e = d.malloc(1 << 20).expect_err("injected out of memory");
+    assert!(e.is_out_of_memory(), "{e:?}");
+    assert!(e.to_string().contains("cuMemAlloc"), "{e}");
+    let alloc = CachingAllocator::new(Arc::clone(&d), AllocatorConfig::default());
+    let s = d.default_stream();
+    drop(alloc.allocate(8 << 20, &s).expect("allocate"));
+    // SAFETY: plain integers.
+    assert_eq!(unsafe { inject(0, 1) }, 0);
+    let retries = alloc.stats().num_alloc_retries;
+    let held = alloc
+        .allocate(32 << 20, &s)
+        .expect("retried after freeing the cache");
+    assert!(
+        alloc.stats().num_alloc_retries > retries,
+        "{:?}",
+        alloc.stats()
+    );
+    drop(held);
+    alloc.empty_cache().expect("empty_cache");
+    assert_eq!(pending_and_live().1, 0, "cuMemAlloc allocations leaked");
+    let info = d.memory_info().expect("info");
+    assert_eq!(info.free, info.total);
+}
+
+/// Bug found by the stand-in's fault injection: `cuMemMap`'s `CUDA_ERROR_OUT_OF_MEMORY`
+/// was a `Device` error, so the expandable allocator gave up instead of freeing its cache
+/// and retrying as it does for `cuMemCreate`. Now it retries; any other `cuMemMap` error
+/// fails the allocation with the call named. Either way the allocator keeps no half-made
+/// segment (the physical memory is released) and the next allocation maps.
+#[test]
+fn a_failing_cumemmap_leaves_the_expandable_allocator_consistent() {
+    if parent(
+        "a_failing_cumemmap_leaves_the_expandable_allocator_consistent",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(1, 0);
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let config = AllocatorConfig::parse("expandable_segments:True").expect("config");
+    let alloc = CachingAllocator::try_new(Arc::clone(&d), config).expect("expandable");
+    let s = d.default_stream();
+    // CUDA_ERROR_OUT_OF_MEMORY (2): retried.
+    inject_call_failure(c"cuMemMap", 1, 2);
+    let retries = alloc.stats().num_alloc_retries;
+    let first = alloc.allocate(4 << 20, &s).expect("retried");
+    assert!(
+        alloc.stats().num_alloc_retries > retries,
+        "{:?}",
+        alloc.stats()
+    );
+    assert_eq!(
+        pending_and_live().0,
+        0,
+        "the injected failure was not reached"
+    );
+    // CUDA_ERROR_INVALID_VALUE (1): the allocation fails, naming the call.
+    inject_call_failure(c"cuMemMap", 1, 1);
+    let e = alloc.allocate(64 << 20, &s).expect_err("cuMemMap failed");
+    assert!(
+        matches!(&e, AllocError::Backend(BackendError::Device { call, code_name, .. })
+            if *call == "cuMemMap" && code_name.contains("CUDA_ERROR_INVALID_VALUE")),
+        "{e:?}"
+    );
+    let second = alloc
+        .allocate(64 << 20, &s)
+        .expect("the next allocation maps");
+    d.memset_zero(second.ptr(), 64 << 20, &s).expect("memset");
+    d.synchronize_stream(&s).expect("sync");
+    drop((first, second));
+    alloc.empty_cache().expect("empty_cache");
+    let info = d.memory_info().expect("info");
+    assert_eq!(info.free, info.total, "physical memory leaked");
+}
+
+/// An error NCCL reports on its own (`ncclRemoteError` from `ncclCommGetAsyncError`) is
+/// the communicator's async error, typed and named; after `abort` it is no longer
+/// reported, calls fail as aborted and the device keeps working. A refused collective
+/// (injected `ncclUnhandledCudaError`) is a typed error and the next one runs.
+#[test]
+fn nccl_errors_are_typed_and_the_communicator_stays_consistent() {
+    if parent(
+        "nccl_errors_are_typed_and_the_communicator_stays_consistent",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(16, 0);
+    let mut ranks = open_cuda_world(1).expect("world");
+    let (d, comm) = ranks.pop().expect("one rank");
+    let s = d.create_stream().expect("stream");
+    let buf = d.malloc(16).expect("malloc");
+    d.copy_host_to_device(buf, &[0u8; 16], &s).expect("h2d");
+    inject_call_failure(c"ncclAllReduce", 1, 1);
+    let r = comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(
+        matches!(&r, Err(CommError::Backend(BackendError::Device { call, code_name, .. }))
+            if *call == "ncclAllReduce" && code_name.contains("ncclUnhandledCudaError")),
+        "{r:?}"
+    );
+    comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s)
+        .expect("the next collective runs");
+    d.synchronize_stream(&s).expect("sync");
+    assert!(comm.async_error().is_none());
+    let set: unsafe extern "C" fn(usize, u32) -> u32 =
+        hook("memreuse_standin_set_comm_async_error");
+    // SAFETY: plain integers (0: every live communicator; 6: ncclRemoteError).
+    assert_eq!(unsafe { set(0, 6) }, 0);
+    let e = comm.async_error().expect("the async error is reported");
+    assert!(
+        matches!(&e, CommError::Backend(BackendError::Device { code_name, .. })
+            if code_name.contains("ncclRemoteError")),
+        "{e:?}"
+    );
+    comm.abort();
+    assert!(
+        comm.async_error().is_none(),
+        "an aborted communicator reports nothing"
+    );
+    let r = comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(matches!(r, Err(CommError::Aborted { .. })), "{r:?}");
+    drop(comm);
+    d.memset_zero(buf, 16, &s).expect("the device still works");
+    d.synchronize_stream(&s).expect("sync");
+    d.free(buf).expect("free");
+}
+
+/// `ncclCommAbort` while a collective waits for a peer that never comes: the waiting work
+/// fails (a typed error from the stream, not a hang), the communicator refuses calls, and
+/// the device, its memory and new streams keep working.
+#[test]
+fn an_abort_mid_collective_fails_the_pending_work_and_the_device_keeps_working() {
+    if parent(
+        "an_abort_mid_collective_fails_the_pending_work_and_the_device_keeps_working",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(16, 60_000);
+    let mut ranks = open_cuda_world(2).expect("world");
+    let (d1, c1) = ranks.pop().expect("rank 1");
+    let (d0, c0) = ranks.pop().expect("rank 0");
+    let s = d0.create_stream().expect("stream");
+    let buf = d0.malloc(64).expect("malloc");
+    c0.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s)
+        .expect("enqueued; rank 1 never joins");
+    c0.abort();
+    let r = d0.synchronize_stream(&s);
+    assert!(
+        matches!(&r, Err(BackendError::Device { code_name, .. }) if code_name.contains("LAUNCH_FAILED")),
+        "{r:?}"
+    );
+    let r = c0.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(matches!(r, Err(CommError::Aborted { .. })), "{r:?}");
+    c1.abort();
+    drop((c0, c1));
+    let fresh = d0.create_stream().expect("a new stream");
+    d0.memset_zero(buf, 64, &fresh).expect("memset");
+    d0.synchronize_stream(&fresh).expect("sync");
+    d0.free(buf).expect("free");
+    drop(d1);
 }

@@ -19,7 +19,7 @@
 //! | symbol | returns | does |
 //! | --- | --- | --- |
 //! | `memreuse_standin_live_allocations()` | count | `cuMemAlloc` allocations not freed |
-//! | `memreuse_standin_set_comm_async_error(comm, code)` | `ncclResult_t` | the next `ncclCommGetAsyncError` calls on `comm` report `code` (an NCCL error a real communicator hits on its own, such as a peer's failure), until it is aborted or destroyed |
+//! | `memreuse_standin_set_comm_async_error(comm, code)` | `ncclResult_t` | `ncclCommGetAsyncError` on `comm` reports `code` from now on (sticky: an NCCL error a real communicator hits on its own, such as a peer's failure); `comm` 0: every live communicator |
 
 #![allow(clippy::missing_safety_doc)]
 
