@@ -26,13 +26,18 @@ echo "--- conformance runner (release, --features $features)"
 cargo build --release --locked -p memreuse-conformance --features "$features"
 cp "$target/release/memreuse-conformance" "$out/bin/"
 
+# MEMREUSE_GPU_BUILD_DEP_FEATURES: extra `--features` for the benchmark and test builds
+# (unset: none). CI passes `memreuse-core/negative-control`, the feature the runner turns on
+# in memreuse-core, so both builds reuse the conformance-build stage's compiled crates
+# instead of compiling the workspace again.
+dep_features=(${MEMREUSE_GPU_BUILD_DEP_FEATURES:+--features "$MEMREUSE_GPU_BUILD_DEP_FEATURES"})
 echo "--- allocator benchmark (release)"
-cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench
+cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench "${dep_features[@]}"
 cp "$target/release/memreuse-cuda-bench" "$out/bin/"
 cp scripts/gpu_peer_bench.py "$out/scripts/"
 
 echo "--- memreuse-cuda test binaries (release, --no-run)"
-cargo test --release --locked -p memreuse-cuda --no-run --message-format=json \
+cargo test --release --locked -p memreuse-cuda --no-run --message-format=json "${dep_features[@]}" \
   | python3 -c '
 import json, sys
 for line in sys.stdin:

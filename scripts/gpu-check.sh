@@ -207,6 +207,29 @@ if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   else
     note "SKIP PyTorch peers: memreuse-cuda-bench wrote no trace (see bench-memreuse.txt)"
   fi
+  # Peers that skipped (no torch, or torch without CUDA) are counted by reason.
+  timeout 10 python3 - "$OUT"/bench-torch-*.jsonl >> "$summary" 2>&1 <<'PY' || true
+import collections, json, sys
+peers, reasons = 0, collections.Counter()
+for path in sys.argv[1:]:
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        continue
+    peers += 1
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "skipped" in record:
+            reasons[str(record["skipped"])[:120]] += 1
+            break
+skipped = sum(reasons.values())
+print(f"PyTorch peers: {peers - skipped} ran, {skipped} skipped")
+for reason, n in reasons.most_common(3):
+    print(f"  {n} skipped: {reason}")
+PY
   step bench-summary.txt 10 python3 "$peer_py" --summarize "$OUT"/bench-*.jsonl
   { echo "== allocator benchmark (device 0; raw JSON lines in bench-*.jsonl)"
     cat "$OUT/bench-summary.txt" 2>/dev/null; } >> "$summary"

@@ -4,9 +4,15 @@
 # a real install: a directory holding libcuda.so, libcuda.so.1, libnccl.so and libnccl.so.2,
 # all links to the one stand-in library, first on LD_LIBRARY_PATH. Nothing is installed
 # anywhere else. Stages (each prints its duration):
-#   suite        built-in suite, modes 0-3, --backend cuda --require-backend cuda: every run
-#                passed with the reference digest, the stand-in's race detector, zero
-#                races, zero leaked bytes
+#   gpu-scripts  scripts/gpu-build.sh then scripts/gpu-check.sh, as a GPU runner runs them,
+#                against the stand-in (bounded by `timeout`): exit 0, $OUT holds exactly
+#                summary.txt (at most 10 KB, and all the script printed) and
+#                gpu-check.tar.gz (every log), no step failed or ran out of time, PyTorch
+#                peers skipped with a counted reason where torch has no CUDA, the benchmark's
+#                trace scaled to the stand-in's 1 GiB devices (MEMREUSE_BENCH_MAX_LIVE_MIB).
+#                Its conformance run is the suite: built-in suite, modes 0-3, --require-backend
+#                cuda: every run passed with the reference digest, the stand-in's race
+#                detector, zero races, zero leaked bytes (judged from the archive)
 #   negative     the negative control judged by the runner (exit 0 = every verdict matches),
 #                natively and with --race-check adaptor, both on cuda
 #   expandable   the suite under --alloc-conf expandable_segments:True (2 MiB pages): the
@@ -82,9 +88,6 @@ print(f"{what}: {len(runs)} cuda runs passed with the reference digests, zero ra
 PY
 }
 
-suite() {
-  "$bin" --quiet --backend cuda --require-backend cuda --json "$work/suite.json" > "$work/suite.txt" \
-    || { tail -n 20 "$work/suite.txt" >&2; return 1; }
   check "$work/suite.json" "suite (modes 0-3)"
 }
 
@@ -160,7 +163,62 @@ PY
     -p memreuse-ascend-standin -p memreuse-cuda-standin
 }
 
-part suite suite
+# gpu-scripts: the scripts a GPU runner is given, end to end. gpu-build.sh reuses the
+# conformance build (runner features ascend,cuda; memreuse-core's negative-control, which
+# the runner turns on), so only memreuse-cuda's test binaries and the benchmark compile.
+gpu_scripts() {
+  local art="$work/gpu-artifacts" out="$work/gpu-out" rc=0
+  MEMREUSE_GPU_BUILD_FEATURES=ascend,cuda MEMREUSE_GPU_BUILD_DEP_FEATURES=memreuse-core/negative-control \
+    scripts/gpu-build.sh "$art" > "$work/gpu-build.txt" 2>&1 \
+    || { tail -n 30 "$work/gpu-build.txt" >&2; return 1; }
+  OUT="$out" MEMREUSE_BENCH_MAX_LIVE_MIB=256 timeout --kill-after=10 300 \
+    scripts/gpu-check.sh "$art" > "$work/gpu-check.txt" 2>&1 || rc=$?
+  python3 - "$out" "$work/gpu-check.txt" "$rc" <<'PY'
+import os, sys, tarfile
+out, printed_path, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+printed = open(printed_path, encoding="utf-8", errors="replace").read()
+bad = []
+if rc != 0:
+    bad.append(f"gpu-check.sh exited {rc}")
+files = sorted(os.listdir(out)) if os.path.isdir(out) else []
+if files != ["gpu-check.tar.gz", "summary.txt"]:
+    bad.append(f"$OUT holds {files}, not exactly gpu-check.tar.gz and summary.txt")
+summary = open(os.path.join(out, "summary.txt"), encoding="utf-8").read() if "summary.txt" in files else ""
+if len(summary.encode()) > 10_000:
+    bad.append(f"summary.txt is {len(summary.encode())} bytes, over 10 KB")
+if printed != summary:
+    extra = [l for l in printed.splitlines() if l not in summary.splitlines()]
+    bad.append(f"what gpu-check.sh printed is not its summary (first other lines: {extra[:5]})")
+lines = summary.splitlines()
+for line in lines:
+    if line.startswith(("FAIL", "SKIP")) or "problem:" in line or "panicked at" in line:
+        bad.append(f"summary: {line}")
+for want in ("PASS conformance.txt", "PASS bench-memreuse.txt", "PASS test-gpu.txt", "PyTorch peers: "):
+    if not any(l.startswith(want) for l in lines):
+        bad.append(f"summary has no line starting {want!r}")
+peers = next((l for l in lines if l.startswith("PyTorch peers: ")), "")
+if peers and not peers.endswith(" 0 skipped") and not any(" skipped: " in l for l in lines):
+    bad.append(f"{peers}: no reason counted")
+members = []
+if "gpu-check.tar.gz" in files:
+    with tarfile.open(os.path.join(out, "gpu-check.tar.gz")) as t:
+        members = t.getnames()
+for want in ("gpu-check/conformance.json", "gpu-check/test-gpu.txt", "gpu-check/bench-memreuse.jsonl",
+             "gpu-check/bench-torch-native.jsonl", "gpu-check/bench-summary.txt"):
+    if want not in members:
+        bad.append(f"the archive lacks {want}")
+if bad:
+    print("gpu-check.sh against the stand-in:\n  " + "\n  ".join(bad), file=sys.stderr)
+    print("--- what it printed:\n" + printed[-4000:], file=sys.stderr)
+    sys.exit(1)
+print(f"gpu-check.sh: exit 0, {len(lines)} summary lines ({len(summary.encode())} bytes), "
+      f"{len(members)} archived files; {peers}")
+PY
+  tar -xzf "$out/gpu-check.tar.gz" -C "$work" gpu-check/conformance.json
+  check "$work/gpu-check/conformance.json" "suite (modes 0-3, run by scripts/gpu-check.sh)"
+}
+
+part gpu-scripts gpu_scripts
 part negative negative
 part expandable expandable
 part tests tests

@@ -11,7 +11,8 @@
 //! `libhccl.so` in a temporary directory and points `MEMREUSE_ASCEND_LIB_DIR` there; nothing
 //! installs it, and no default search path of the backend can reach it.
 //!
-//! Design:
+//! Design (the ACL/HCCL face of `memreuse-standin-engine`, which holds the cluster cell,
+//! handle tables, the export guard, call counters, fault injection and the common hooks):
 //! - **Devices**: one [`memreuse_mock::MockCluster`] of N devices per configuration (default
 //!   16 devices of [`memreuse_mock::DEFAULT_CAPACITY`] each), so capacity limits and the race
 //!   detector apply and joint ops (collectives) can span devices. The current device is per
@@ -33,7 +34,7 @@
 //!   argument rules.
 //! - **Harness hooks** (`memreuse_standin_*`, see `harness.rs`): configure a fresh cluster,
 //!   allocation annotations and op labels for the race detector, delays, race reports, fault
-//!   injection, per-symbol call counters.
+//!   injection (the engine's, plus HCCL's communicator faults), per-symbol call counters.
 
 #[cfg(all(feature = "cann80", feature = "cann85"))]
 compile_error!("features `cann80` and `cann85` are different installs: enable one");
