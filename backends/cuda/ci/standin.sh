@@ -21,7 +21,9 @@
 #                tests/standin.rs, and the conformance CUDA tests, with
 #                MEMREUSE_REQUIRE_DEVICE=1 (a skip fails)
 #   profiles     the install profiles no-vm (no cuMem* symbols, attribute 0) and old-nccl
-#                (no ncclCommSplit/InitRankConfig/AlltoAll): suite on each
+#                (no ncclCommSplit/InitRankConfig/AlltoAll): suite on each; on no-vm the
+#                expandable runs skipped and the backend's skip reason naming the missing
+#                cuMem* symbol
 # Needs the release runner built with every backend feature and the release stand-in (the
 # conformance-build stage of .ci/run builds both):
 #   cargo build --release --locked -p memreuse-conformance --features ascend,cuda \
@@ -154,6 +156,15 @@ if sys.argv[2] == "no-vm":
         sys.exit(1)
     print(f"no-vm: {len(runs)} expandable runs skipped: {runs[0]['skip_reason'][:160]}")
 PY
+    if [ "$profile" = no-vm ]; then
+      # The backend's own reason names the missing symbol (the runner's names the
+      # capability): the GPU test binary gpu-scripts built, skipping its virtual-memory test.
+      env -u MEMREUSE_REQUIRE_DEVICE LD_LIBRARY_PATH="$work/$profile" "$work/gpu-artifacts/tests/gpu" \
+        virtual_memory_on_the_device --exact --nocapture > "$work/no-vm-gpu.txt" 2>&1 \
+        || { cat "$work/no-vm-gpu.txt" >&2; return 1; }
+      grep -o 'skipped: no virtual memory: .*does not export cuMem[A-Za-z]*' "$work/no-vm-gpu.txt" \
+        || { echo "no-vm: the skip reason does not name the missing symbol:" >&2; cat "$work/no-vm-gpu.txt" >&2; return 1; }
+    fi
   done
   # Leave the default stand-in built in target/release.
   cargo build --release --locked --quiet -p memreuse-conformance --features ascend,cuda \
