@@ -36,17 +36,30 @@ cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench "${dep
 cp "$target/release/memreuse-cuda-bench" "$out/bin/"
 cp scripts/gpu_peer_bench.py "$out/scripts/"
 
-echo "--- memreuse-cuda test binaries (release, --no-run)"
-cargo test --release --locked -p memreuse-cuda --no-run --message-format=json "${dep_features[@]}" \
-  | python3 -c '
+# MEMREUSE_GPU_BUILD_TEST_PROFILE: `release` (default) builds memreuse-cuda's test
+# binaries; `workspace-dev` takes them from `cargo test --workspace --no-run` in the dev
+# profile (CI: the test stage built exactly those, so nothing compiles).
+if [ "${MEMREUSE_GPU_BUILD_TEST_PROFILE:-release}" = workspace-dev ]; then
+  echo "--- memreuse-cuda test binaries (dev profile of the workspace build, --no-run)"
+  test_build=(cargo test --locked --workspace --no-run --message-format=json)
+else
+  echo "--- memreuse-cuda test binaries (release, --no-run)"
+  test_build=(cargo test --release --locked -p memreuse-cuda --no-run --message-format=json "${dep_features[@]}")
+fi
+"${test_build[@]}" | python3 -c '
 import json, sys
+def package(msg):
+    # "path+file:///..#memreuse-cuda@0.1.0" (cargo 1.77+) or "memreuse-cuda 0.1.0 (path+..)".
+    pid = msg.get("package_id", "")
+    return pid.rsplit("#", 1)[1].split("@")[0] if "#" in pid else pid.split(" ")[0]
 for line in sys.stdin:
     try:
         msg = json.loads(line)
     except ValueError:
         continue
     exe = msg.get("executable")
-    if msg.get("reason") == "compiler-artifact" and exe and msg.get("profile", {}).get("test"):
+    if (msg.get("reason") == "compiler-artifact" and exe and msg.get("profile", {}).get("test")
+            and package(msg) == "memreuse-cuda"):
         print(msg["target"]["name"], exe)
 ' > "$out/tests.list.tmp"
 : > "$out/manifest.txt"

@@ -28,6 +28,8 @@
 # conformance-build stage of .ci/run builds both):
 #   cargo build --release --locked -p memreuse-conformance --features ascend,cuda \
 #     -p memreuse-ascend-standin -p memreuse-cuda-standin
+# and reuses the test stage's `cargo test --workspace --locked` build (dev profile) for the
+# test binaries of `tests` and `gpu-scripts` (built here if missing, which takes longer).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 started=$SECONDS
@@ -171,17 +173,19 @@ PY
     -p memreuse-ascend-standin -p memreuse-cuda-standin
 }
 
-# gpu-scripts: the scripts a GPU runner is given, end to end. gpu-build.sh reuses the
-# conformance build (runner features ascend,cuda; memreuse-core's negative-control, which
-# the runner turns on), so only memreuse-cuda's test binaries and the benchmark compile.
+# gpu-scripts: the scripts a GPU runner is given, end to end. gpu-build.sh compiles
+# nearly nothing: the runner is the conformance build's (features ascend,cuda), the
+# benchmark links against its crates (memreuse-core's negative-control, which the runner
+# turns on), and the test binaries are the test stage's (dev profile of the workspace).
 gpu_scripts() {
   local art="$work/gpu-artifacts" out="$work/gpu-out" rc=0
   MEMREUSE_GPU_BUILD_FEATURES=ascend,cuda MEMREUSE_GPU_BUILD_DEP_FEATURES=memreuse-core/negative-control \
+    MEMREUSE_GPU_BUILD_TEST_PROFILE=workspace-dev \
     scripts/gpu-build.sh "$art" > "$work/gpu-build.txt" 2>&1 \
     || { tail -n 30 "$work/gpu-build.txt" >&2; return 1; }
   # The stand-in's 1 GiB devices: the trace scaled to 256 MiB live; its cuMemAlloc takes
-  # milliseconds, so the raw driver replays 1000 trace ops and 1000 pairs.
-  OUT="$out" MEMREUSE_BENCH_MAX_LIVE_MIB=256 MEMREUSE_BENCH_ARGS="--raw-trace-ops 1000 --raw-pairs 1000" \
+  # milliseconds, so the raw driver replays 200 trace ops and 1000 pairs.
+  OUT="$out" MEMREUSE_BENCH_MAX_LIVE_MIB=256 MEMREUSE_BENCH_ARGS="--raw-trace-ops 200 --raw-pairs 1000" \
     timeout --kill-after=10 300 \
     scripts/gpu-check.sh "$art" > "$work/gpu-check.txt" 2>&1 || rc=$?
   python3 - "$out" "$work/gpu-check.txt" "$rc" <<'PY'
