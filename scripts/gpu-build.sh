@@ -32,7 +32,7 @@ cp "$target/release/memreuse-conformance" "$out/bin/"
 # instead of compiling the workspace again.
 dep_features=(${MEMREUSE_GPU_BUILD_DEP_FEATURES:+--features "$MEMREUSE_GPU_BUILD_DEP_FEATURES"})
 echo "--- allocator benchmark (release)"
-cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench "${dep_features[@]}"
+cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench ${dep_features[@]+"${dep_features[@]}"}
 cp "$target/release/memreuse-cuda-bench" "$out/bin/"
 cp scripts/gpu_peer_bench.py "$out/scripts/"
 
@@ -44,7 +44,7 @@ if [ "${MEMREUSE_GPU_BUILD_TEST_PROFILE:-release}" = workspace-dev ]; then
   test_build=(cargo test --locked --workspace --no-run --message-format=json)
 else
   echo "--- memreuse-cuda test binaries (release, --no-run)"
-  test_build=(cargo test --release --locked -p memreuse-cuda --no-run --message-format=json "${dep_features[@]}")
+  test_build=(cargo test --release --locked -p memreuse-cuda --no-run --message-format=json ${dep_features[@]+"${dep_features[@]}"})
 fi
 "${test_build[@]}" | python3 -c '
 import json, sys

@@ -204,7 +204,7 @@ if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   # driver's share, whose cuMemAlloc takes milliseconds on the stand-in); unset, none.
   read -r -a bench_args <<< "${MEMREUSE_BENCH_ARGS:-}"
   step bench-memreuse.txt 35 "$bench" --write-trace "$trace" --json "$OUT/bench-memreuse.jsonl" \
-    ${MEMREUSE_BENCH_MAX_LIVE_MIB:+--max-live-mib "$MEMREUSE_BENCH_MAX_LIVE_MIB"} "${bench_args[@]}"
+    ${MEMREUSE_BENCH_MAX_LIVE_MIB:+--max-live-mib "$MEMREUSE_BENCH_MAX_LIVE_MIB"} ${bench_args[@]+"${bench_args[@]}"}
   if [ -f "$trace" ]; then
     step bench-torch-native.txt 25 env -u PYTORCH_CUDA_ALLOC_CONF -u PYTORCH_ALLOC_CONF python3 "$peer_py" \
       --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-native.jsonl" --expect-backend native
