@@ -26,22 +26,40 @@ echo "--- conformance runner (release, --features $features)"
 cargo build --release --locked -p memreuse-conformance --features "$features"
 cp "$target/release/memreuse-conformance" "$out/bin/"
 
+# MEMREUSE_GPU_BUILD_DEP_FEATURES: extra `--features` for the benchmark and test builds
+# (unset: none). CI passes `memreuse-core/negative-control`, the feature the runner turns on
+# in memreuse-core, so both builds reuse the conformance-build stage's compiled crates
+# instead of compiling the workspace again.
+dep_features=(${MEMREUSE_GPU_BUILD_DEP_FEATURES:+--features "$MEMREUSE_GPU_BUILD_DEP_FEATURES"})
 echo "--- allocator benchmark (release)"
-cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench
+cargo build --release --locked -p memreuse-cuda --bin memreuse-cuda-bench ${dep_features[@]+"${dep_features[@]}"}
 cp "$target/release/memreuse-cuda-bench" "$out/bin/"
 cp scripts/gpu_peer_bench.py "$out/scripts/"
 
-echo "--- memreuse-cuda test binaries (release, --no-run)"
-cargo test --release --locked -p memreuse-cuda --no-run --message-format=json \
-  | python3 -c '
+# MEMREUSE_GPU_BUILD_TEST_PROFILE: `release` (default) builds memreuse-cuda's test
+# binaries; `workspace-dev` takes them from `cargo test --workspace --no-run` in the dev
+# profile (CI: the test stage built exactly those, so nothing compiles).
+if [ "${MEMREUSE_GPU_BUILD_TEST_PROFILE:-release}" = workspace-dev ]; then
+  echo "--- memreuse-cuda test binaries (dev profile of the workspace build, --no-run)"
+  test_build=(cargo test --locked --workspace --no-run --message-format=json)
+else
+  echo "--- memreuse-cuda test binaries (release, --no-run)"
+  test_build=(cargo test --release --locked -p memreuse-cuda --no-run --message-format=json ${dep_features[@]+"${dep_features[@]}"})
+fi
+"${test_build[@]}" | python3 -c '
 import json, sys
+def package(msg):
+    # "path+file:///..#memreuse-cuda@0.1.0" (cargo 1.77+) or "memreuse-cuda 0.1.0 (path+..)".
+    pid = msg.get("package_id", "")
+    return pid.rsplit("#", 1)[1].split("@")[0] if "#" in pid else pid.split(" ")[0]
 for line in sys.stdin:
     try:
         msg = json.loads(line)
     except ValueError:
         continue
     exe = msg.get("executable")
-    if msg.get("reason") == "compiler-artifact" and exe and msg.get("profile", {}).get("test"):
+    if (msg.get("reason") == "compiler-artifact" and exe and msg.get("profile", {}).get("test")
+            and package(msg) == "memreuse-cuda"):
         print(msg["target"]["name"], exe)
 ' > "$out/tests.list.tmp"
 : > "$out/manifest.txt"

@@ -149,10 +149,16 @@ done < "$art/manifest.txt"
 
 # The virtual-memory bindings (cuMemAddressReserve .. cuMemAddressFree) have never run on a
 # GPU before: their test's verdict and the granularity get a summary line of their own.
+# With --nocapture the test's own output sits between `test NAME ...` and its verdict, so
+# the verdict is read from libtest's closing list of failures instead.
 if [ -f "$OUT/test-gpu.txt" ]; then
-  vm_line=$(grep -E '^test virtual_memory_on_the_device' "$OUT/test-gpu.txt" | head -1)
-  vm_gran=$(grep -o 'virtual memory: granularity [0-9]* bytes' "$OUT/test-gpu.txt" | head -1)
-  note "virtual memory: ${vm_line:-test virtual_memory_on_the_device did not run} ${vm_gran}"
+  vm_verdict="did not run"
+  if grep -qE '^test virtual_memory_on_the_device ' "$OUT/test-gpu.txt"; then
+    vm_verdict=ok
+    grep -qE '^    virtual_memory_on_the_device$' "$OUT/test-gpu.txt" && vm_verdict=FAILED
+  fi
+  vm_gran=$(grep -o 'granularity [0-9]* bytes' "$OUT/test-gpu.txt" | head -1)
+  note "virtual memory: test virtual_memory_on_the_device ${vm_verdict}${vm_gran:+, $vm_gran}"
 fi
 
 # The launch test again, through the opt-in non-blocking NCCL init with a deadline.
@@ -194,8 +200,11 @@ trace="$OUT/bench-trace.txt"
 if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   # MEMREUSE_BENCH_MAX_LIVE_MIB scales the trace to a smaller device (the bench's
   # --max-live-mib; CI's stand-in has 1 GiB devices); unset, the bench's default.
+  # MEMREUSE_BENCH_ARGS: further bench options, split on spaces (CI shortens the raw
+  # driver's share, whose cuMemAlloc takes milliseconds on the stand-in); unset, none.
+  read -r -a bench_args <<< "${MEMREUSE_BENCH_ARGS:-}"
   step bench-memreuse.txt 35 "$bench" --write-trace "$trace" --json "$OUT/bench-memreuse.jsonl" \
-    ${MEMREUSE_BENCH_MAX_LIVE_MIB:+--max-live-mib "$MEMREUSE_BENCH_MAX_LIVE_MIB"}
+    ${MEMREUSE_BENCH_MAX_LIVE_MIB:+--max-live-mib "$MEMREUSE_BENCH_MAX_LIVE_MIB"} ${bench_args[@]+"${bench_args[@]}"}
   if [ -f "$trace" ]; then
     step bench-torch-native.txt 25 env -u PYTORCH_CUDA_ALLOC_CONF -u PYTORCH_ALLOC_CONF python3 "$peer_py" \
       --trace "$trace" --pairs 50000 --json "$OUT/bench-torch-native.jsonl" --expect-backend native
@@ -207,6 +216,29 @@ if [ -x "$bench" ] && [ -f "$peer_py" ]; then
   else
     note "SKIP PyTorch peers: memreuse-cuda-bench wrote no trace (see bench-memreuse.txt)"
   fi
+  # Peers that skipped (no torch, or torch without CUDA) are counted by reason.
+  timeout 10 python3 - "$OUT"/bench-torch-*.jsonl >> "$summary" 2>&1 <<'PY' || true
+import collections, json, sys
+peers, reasons = 0, collections.Counter()
+for path in sys.argv[1:]:
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError:
+        continue
+    peers += 1
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "skipped" in record:
+            reasons[str(record["skipped"])[:120]] += 1
+            break
+skipped = sum(reasons.values())
+print(f"PyTorch peers: {peers - skipped} ran, {skipped} skipped")
+for reason, n in reasons.most_common(3):
+    print(f"  {n} skipped: {reason}")
+PY
   step bench-summary.txt 10 python3 "$peer_py" --summarize "$OUT"/bench-*.jsonl
   { echo "== allocator benchmark (device 0; raw JSON lines in bench-*.jsonl)"
     cat "$OUT/bench-summary.txt" 2>/dev/null; } >> "$summary"

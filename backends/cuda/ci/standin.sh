@@ -4,9 +4,15 @@
 # a real install: a directory holding libcuda.so, libcuda.so.1, libnccl.so and libnccl.so.2,
 # all links to the one stand-in library, first on LD_LIBRARY_PATH. Nothing is installed
 # anywhere else. Stages (each prints its duration):
-#   suite        built-in suite, modes 0-3, --backend cuda --require-backend cuda: every run
-#                passed with the reference digest, the stand-in's race detector, zero
-#                races, zero leaked bytes
+#   gpu-scripts  scripts/gpu-build.sh then scripts/gpu-check.sh, as a GPU runner runs them,
+#                against the stand-in (bounded by `timeout`): exit 0, $OUT holds exactly
+#                summary.txt (at most 10 KB, and all the script printed) and
+#                gpu-check.tar.gz (every log), no step failed or ran out of time, PyTorch
+#                peers skipped with a counted reason where torch has no CUDA, the benchmark's
+#                trace scaled to the stand-in's 1 GiB devices (MEMREUSE_BENCH_MAX_LIVE_MIB).
+#                Its conformance run is the suite: built-in suite, modes 0-3, --require-backend
+#                cuda: every run passed with the reference digest, the stand-in's race
+#                detector, zero races, zero leaked bytes (judged from the archive)
 #   negative     the negative control judged by the runner (exit 0 = every verdict matches),
 #                natively and with --race-check adaptor, both on cuda
 #   expandable   the suite under --alloc-conf expandable_segments:True (2 MiB pages): the
@@ -15,11 +21,15 @@
 #                tests/standin.rs, and the conformance CUDA tests, with
 #                MEMREUSE_REQUIRE_DEVICE=1 (a skip fails)
 #   profiles     the install profiles no-vm (no cuMem* symbols, attribute 0) and old-nccl
-#                (no ncclCommSplit/InitRankConfig/AlltoAll): suite on each
+#                (no ncclCommSplit/InitRankConfig/AlltoAll): suite on each; on no-vm the
+#                expandable runs skipped and the backend's skip reason naming the missing
+#                cuMem* symbol
 # Needs the release runner built with every backend feature and the release stand-in (the
 # conformance-build stage of .ci/run builds both):
 #   cargo build --release --locked -p memreuse-conformance --features ascend,cuda \
 #     -p memreuse-ascend-standin -p memreuse-cuda-standin
+# and reuses the test stage's `cargo test --workspace --locked` build (dev profile) for the
+# test binaries of `tests` and `gpu-scripts` (built here if missing, which takes longer).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 started=$SECONDS
@@ -80,12 +90,6 @@ if bad:
     sys.exit(1)
 print(f"{what}: {len(runs)} cuda runs passed with the reference digests, zero races, zero leaks")
 PY
-}
-
-suite() {
-  "$bin" --quiet --backend cuda --require-backend cuda --json "$work/suite.json" > "$work/suite.txt" \
-    || { tail -n 20 "$work/suite.txt" >&2; return 1; }
-  check "$work/suite.json" "suite (modes 0-3)"
 }
 
 negative() {
@@ -154,13 +158,83 @@ if sys.argv[2] == "no-vm":
         sys.exit(1)
     print(f"no-vm: {len(runs)} expandable runs skipped: {runs[0]['skip_reason'][:160]}")
 PY
+    if [ "$profile" = no-vm ]; then
+      # The backend's own reason names the missing symbol (the runner's names the
+      # capability): the GPU test binary gpu-scripts built, skipping its virtual-memory test.
+      env -u MEMREUSE_REQUIRE_DEVICE LD_LIBRARY_PATH="$work/$profile" "$work/gpu-artifacts/tests/gpu" \
+        virtual_memory_on_the_device --exact --nocapture > "$work/no-vm-gpu.txt" 2>&1 \
+        || { cat "$work/no-vm-gpu.txt" >&2; return 1; }
+      grep -o 'skipped: no virtual memory: .*does not export cuMem[A-Za-z]*' "$work/no-vm-gpu.txt" \
+        || { echo "no-vm: the skip reason does not name the missing symbol:" >&2; cat "$work/no-vm-gpu.txt" >&2; return 1; }
+    fi
   done
   # Leave the default stand-in built in target/release.
   cargo build --release --locked --quiet -p memreuse-conformance --features ascend,cuda \
     -p memreuse-ascend-standin -p memreuse-cuda-standin
 }
 
-part suite suite
+# gpu-scripts: the scripts a GPU runner is given, end to end. gpu-build.sh compiles
+# nearly nothing: the runner is the conformance build's (features ascend,cuda), the
+# benchmark links against its crates (memreuse-core's negative-control, which the runner
+# turns on), and the test binaries are the test stage's (dev profile of the workspace).
+gpu_scripts() {
+  local art="$work/gpu-artifacts" out="$work/gpu-out" rc=0
+  MEMREUSE_GPU_BUILD_FEATURES=ascend,cuda MEMREUSE_GPU_BUILD_DEP_FEATURES=memreuse-core/negative-control \
+    MEMREUSE_GPU_BUILD_TEST_PROFILE=workspace-dev \
+    scripts/gpu-build.sh "$art" > "$work/gpu-build.txt" 2>&1 \
+    || { tail -n 30 "$work/gpu-build.txt" >&2; return 1; }
+  # The stand-in's 1 GiB devices: the trace scaled to 256 MiB live; its cuMemAlloc takes
+  # milliseconds, so the raw driver replays 200 trace ops and 1000 pairs.
+  OUT="$out" MEMREUSE_BENCH_MAX_LIVE_MIB=256 MEMREUSE_BENCH_ARGS="--raw-trace-ops 200 --raw-pairs 1000" \
+    timeout --kill-after=10 300 \
+    scripts/gpu-check.sh "$art" > "$work/gpu-check.txt" 2>&1 || rc=$?
+  python3 - "$out" "$work/gpu-check.txt" "$rc" <<'PY'
+import os, sys, tarfile
+out, printed_path, rc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+printed = open(printed_path, encoding="utf-8", errors="replace").read()
+bad = []
+if rc != 0:
+    bad.append(f"gpu-check.sh exited {rc}")
+files = sorted(os.listdir(out)) if os.path.isdir(out) else []
+if files != ["gpu-check.tar.gz", "summary.txt"]:
+    bad.append(f"$OUT holds {files}, not exactly gpu-check.tar.gz and summary.txt")
+summary = open(os.path.join(out, "summary.txt"), encoding="utf-8").read() if "summary.txt" in files else ""
+if len(summary.encode()) > 10_000:
+    bad.append(f"summary.txt is {len(summary.encode())} bytes, over 10 KB")
+if printed != summary:
+    extra = [l for l in printed.splitlines() if l not in summary.splitlines()]
+    bad.append(f"what gpu-check.sh printed is not its summary (first other lines: {extra[:5]})")
+lines = summary.splitlines()
+for line in lines:
+    if line.startswith(("FAIL", "SKIP")) or "problem:" in line or "panicked at" in line:
+        bad.append(f"summary: {line}")
+for want in ("PASS conformance.txt", "PASS bench-memreuse.txt", "PASS test-gpu.txt", "PyTorch peers: ",
+             "virtual memory: test virtual_memory_on_the_device ok, granularity "):
+    if not any(l.startswith(want) for l in lines):
+        bad.append(f"summary has no line starting {want!r}")
+peers = next((l for l in lines if l.startswith("PyTorch peers: ")), "")
+if peers and not peers.endswith(" 0 skipped") and not any(" skipped: " in l for l in lines):
+    bad.append(f"{peers}: no reason counted")
+members = []
+if "gpu-check.tar.gz" in files:
+    with tarfile.open(os.path.join(out, "gpu-check.tar.gz")) as t:
+        members = t.getnames()
+for want in ("gpu-check/conformance.json", "gpu-check/test-gpu.txt", "gpu-check/bench-memreuse.jsonl",
+             "gpu-check/bench-torch-native.jsonl", "gpu-check/bench-summary.txt"):
+    if want not in members:
+        bad.append(f"the archive lacks {want}")
+if bad:
+    print("gpu-check.sh against the stand-in:\n  " + "\n  ".join(bad), file=sys.stderr)
+    print("--- what it printed:\n" + printed[-4000:], file=sys.stderr)
+    sys.exit(1)
+print(f"gpu-check.sh: exit 0, {len(lines)} summary lines ({len(summary.encode())} bytes), "
+      f"{len(members)} archived files; {peers}")
+PY
+  tar -xzf "$out/gpu-check.tar.gz" -C "$work" gpu-check/conformance.json
+  check "$work/gpu-check/conformance.json" "suite (modes 0-3, run by scripts/gpu-check.sh)"
+}
+
+part gpu-scripts gpu_scripts
 part negative negative
 part expandable expandable
 part tests tests

@@ -104,11 +104,7 @@ pub(crate) fn alloc(requested: u64, e: DriverError) -> BackendError {
 /// error naming `call`.
 pub(crate) fn out_of_memory_or(call: &'static str, requested: u64, e: DriverError) -> BackendError {
     if e.0 == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        BackendError::OutOfMemory {
-            backend: BACKEND_NAME.to_owned(),
-            requested,
-            detail: format!("{call}: {:?}", e.0),
-        }
+        BackendError::out_of_memory(BACKEND_NAME, requested, format!("{call}: {:?}", e.0))
     } else {
         driver(call, e)
     }

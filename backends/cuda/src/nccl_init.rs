@@ -12,6 +12,14 @@
 //! The non-blocking path has not yet run against a real NCCL (no GPU was lent to the session
 //! that wrote it); [`SUGGESTED_NCCL_INIT_TIMEOUT`] is a sensible value to set.
 //!
+//! The non-blocking path needs two symbols the blocking one does not,
+//! `ncclCommInitRankConfig` and `ncclCommFinalize` (NCCL 2.14+; a non-blocking communicator
+//! is finalized before it is destroyed). Each is probed by name before first use
+//! ([`missing_nonblocking_symbol`]; cudarc panics at the first call of a missing symbol, and
+//! `ncclGetVersion` does not prove a symbol is there). The documented fallback when either is
+//! absent: the rank initializes with the blocking `ncclCommInitRank` (no deadline) and a
+//! warning names the missing symbol.
+//!
 //! A non-blocking communicator may answer `ncclInProgress` to any later call too, and NCCL
 //! then wants its state polled before the next call: [`NcclCommunicator`](crate::NcclCommunicator)
 //! does that after every call on such a communicator ([`wait_ready`]).
@@ -40,6 +48,34 @@ const UNDEF_INT: std::ffi::c_int = std::ffi::c_int::MIN;
 /// `NCCL_VERSION(2, 30, 0)`: the `ncclConfig_t` layout cudarc binds. An older NCCL copies
 /// only the fields it knows (it reads `size` first), so the larger struct is safe.
 const CONFIG_VERSION: std::ffi::c_uint = 23_000;
+
+/// The symbols the non-blocking path calls and the blocking one does not.
+pub(crate) const NONBLOCKING_SYMBOLS: [&str; 2] = ["ncclCommInitRankConfig", "ncclCommFinalize"];
+
+/// The first of [`NONBLOCKING_SYMBOLS`] the loaded NCCL does not export (`None`: the
+/// non-blocking path can run). Probed by name, never called.
+pub(crate) fn missing_nonblocking_symbol() -> Option<&'static str> {
+    NONBLOCKING_SYMBOLS
+        .iter()
+        .copied()
+        .find(|name| !crate::standin::nccl_has(name))
+}
+
+/// The init deadline a rank can honour: `requested`, or `None` (blocking init) when the
+/// loaded NCCL lacks a symbol of the non-blocking path, with a warning naming it.
+pub(crate) fn usable_init_timeout(requested: Option<Duration>) -> Option<Duration> {
+    let limit = requested?;
+    match missing_nonblocking_symbol() {
+        None => Some(limit),
+        Some(missing) => {
+            tracing::warn!(
+                "{NCCL_INIT_TIMEOUT_ENV} is set, but the loaded NCCL does not export {missing} \
+                 (NCCL 2.14+): initializing with the blocking ncclCommInitRank, without a deadline"
+            );
+            None
+        }
+    }
+}
 
 /// [`NCCL_INIT_TIMEOUT_ENV`] holds something other than whole seconds in range.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use memreuse_core::{AccessKind, AllocationId, RaceAccess, RaceKind, RaceReport, StreamId};
+use memreuse_core::RaceReport;
 
 type Configure = unsafe extern "C" fn(u32, u64, i32, u64, u64) -> u32;
 type SetRaceDetection = unsafe extern "C" fn(i32) -> i32;
@@ -158,60 +158,7 @@ pub(crate) fn race_reports(device: i32) -> Option<Vec<RaceReport>> {
     if written != needed {
         return None;
     }
-    Some(parse(&String::from_utf8_lossy(&buf)))
-}
-
-/// Parses the stand-in's race report lines (`KIND START END` then, for the earlier and
-/// the later access, `STREAM R|W ALLOC`, a tab, the earlier op, a tab, the later op).
-fn parse(text: &str) -> Vec<RaceReport> {
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.split('\t');
-            let head: Vec<&str> = parts.next()?.split(' ').collect();
-            let (earlier_op, later_op) = (parts.next()?, parts.next()?);
-            if head.len() != 9 {
-                return None;
-            }
-            let num = |i: usize| head[i].parse::<u64>().ok();
-            let access = |at: usize, op: &str| {
-                Some(RaceAccess {
-                    op: op.to_owned(),
-                    stream: StreamId(num(at)?),
-                    kind: if head[at + 1] == "W" {
-                        AccessKind::Write
-                    } else {
-                        AccessKind::Read
-                    },
-                    allocation: num(at + 2).filter(|&a| a != 0).map(AllocationId),
-                })
-            };
-            Some(RaceReport {
-                kind: if head[0] == "reuse" {
-                    RaceKind::Reuse
-                } else {
-                    RaceKind::Schedule
-                },
-                range: num(1)?..num(2)?,
-                earlier: access(3, earlier_op)?,
-                later: access(6, later_op)?,
-            })
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn race_report_lines_parse_and_bad_lines_are_skipped() {
-        let text = "reuse 512 1024 3 W 7 4 R 9\tmemset\tcopy\nbroken line\n";
-        let r = parse(text);
-        assert_eq!(r.len(), 1);
-        assert_eq!(r[0].kind, RaceKind::Reuse);
-        assert_eq!(r[0].range, 512..1024);
-        assert_eq!(r[0].earlier.allocation, Some(AllocationId(7)));
-        assert_eq!(r[0].later.kind, AccessKind::Read);
-        assert_eq!(r[0].later.op, "copy");
-    }
+    Some(memreuse_core::race::parse_race_lines(
+        &String::from_utf8_lossy(&buf),
+    ))
 }

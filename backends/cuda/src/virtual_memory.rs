@@ -295,7 +295,9 @@ impl DeviceVm {
             // handle is live, unmapped and `size` bytes (offset 0, flags 0).
             unsafe { sys::cuMemMap(at.addr(), size, 0, handle.0, 0) }
                 .result()
-                .map_err(|e| error::driver("cuMemMap", e))?;
+                // CUDA lists CUDA_ERROR_OUT_OF_MEMORY for cuMemMap: the allocator's retry
+                // signal, as for cuMemCreate.
+                .map_err(|e| error::out_of_memory_or("cuMemMap", bytes, e))?;
             // SAFETY: the range was mapped just now; `access` lives for the call (count 1).
             let access_set =
                 unsafe { sys::cuMemSetAccess(at.addr(), size, &raw const access, 1) }.result();

@@ -16,6 +16,7 @@ use crate::device::{CudaDevice, device_count};
 use crate::error::{self, BACKEND_NAME, guard};
 use crate::nccl_init::{
     InitError, InitTimeoutError, init_rank_with_deadline, init_timeout_from_env,
+    usable_init_timeout,
 };
 
 /// The store key under which rank 0 publishes the NCCL unique id.
@@ -169,7 +170,9 @@ pub fn open_rank_from_env(timeout: Duration) -> Result<ProcessRank, LaunchError>
 /// returns once all `WORLD_SIZE` ranks joined. With `MEMREUSE_NCCL_INIT_TIMEOUT_S` set,
 /// every rank instead creates a non-blocking communicator (`ncclCommInitRankConfig`) and
 /// waits for the others at most that many seconds: past that the communicator is aborted
-/// and the error is [`LaunchError::InitTimedOut`].
+/// and the error is [`LaunchError::InitTimedOut`]. An NCCL without
+/// `ncclCommInitRankConfig` or `ncclCommFinalize` (probed by name) takes the blocking
+/// init instead, with a warning naming the missing symbol.
 pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, LaunchError> {
     let init_timeout = init_timeout_from_env()?;
     guard("open_rank", || {
@@ -214,7 +217,9 @@ pub fn open_rank(env: LaunchEnv, timeout: Duration) -> Result<ProcessRank, Launc
         )
         .into());
     }
-    let communicator = match init_timeout {
+    // Probed after the library loaded: without ncclCommInitRankConfig or ncclCommFinalize
+    // the rank falls back to the blocking init (see `nccl_init`).
+    let communicator = match usable_init_timeout(init_timeout) {
         None => {
             let comm = guard("ncclCommInitRank", || {
                 device.bind()?;

@@ -9,123 +9,18 @@
 
 #![allow(clippy::float_cmp, reason = "small integers, exact in f32")]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::standin::{
+    Install, calls, configure, hook, inject_call_failure, launch_one_rank, parent, pending_and_live,
+};
 use memreuse_core::comm::{CommError, Communicator, DType, ReduceOp};
-use memreuse_core::store::LaunchEnv;
-use memreuse_core::{Backend, BackendError};
-use memreuse_cuda::{CudaDevice, device_count, open_cuda_world, open_rank};
-
-const CHILD: &str = "MEMREUSE_CUDA_STANDIN_CHILD";
-const STANDIN_FILE: &str = "libmemreuse_cuda_standin.so";
-
-/// The built stand-in next to this test binary (`deps/`, where cargo builds it as a
-/// dev-dependency), if any.
-fn standin_so() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    [deps, deps.parent().unwrap_or(deps)]
-        .iter()
-        .map(|d| d.join(STANDIN_FILE))
-        .find(|p| p.exists())
-}
-
-/// Which library the install directory holds.
-enum Install {
-    /// The stand-in as built.
-    Default,
-    /// A copy in which the exported name `from` is renamed `to` (same length).
-    Renamed(&'static str, &'static str),
-}
-
-fn install_dir(test: &str, install: &Install) -> Option<PathBuf> {
-    let so = standin_so()?;
-    let dir = std::env::temp_dir().join(format!(
-        "memreuse-cuda-standin-{test}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let lib = match install {
-        Install::Default => so,
-        Install::Renamed(from, to) => {
-            assert_eq!(from.len(), to.len());
-            let mut bytes = std::fs::read(&so).expect("read the stand-in");
-            let (from, to) = (format!("{from}\0"), format!("{to}\0"));
-            let mut n = 0;
-            let mut i = 0;
-            while let Some(at) = bytes[i..]
-                .windows(from.len())
-                .position(|w| w == from.as_bytes())
-            {
-                bytes[i + at..i + at + to.len()].copy_from_slice(to.as_bytes());
-                i += at + to.len();
-                n += 1;
-            }
-            assert!(n > 0, "{from} not found in the stand-in");
-            let copy = dir.join("libmemreuse_cuda_standin_renamed.so");
-            std::fs::write(&copy, bytes).expect("write the copy");
-            copy
-        }
-    };
-    for name in ["libcuda.so", "libcuda.so.1", "libnccl.so", "libnccl.so.2"] {
-        std::os::unix::fs::symlink(&lib, dir.join(name)).expect("symlink");
-    }
-    Some(dir)
-}
-
-/// In the parent: runs `test` in a child with the install on `LD_LIBRARY_PATH` and checks
-/// it passed; returns true (the caller returns). In the child: returns false (the caller
-/// runs the body).
-fn parent(test: &str, install: &Install, env: &[(&str, &str)]) -> bool {
-    if std::env::var(CHILD).as_deref() == Ok(test) {
-        return false;
-    }
-    let Some(dir) = install_dir(test, install) else {
-        println!("skipped: {STANDIN_FILE} is not built next to this test binary");
-        return true;
-    };
-    let out = Command::new(std::env::current_exe().expect("test binary"))
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, test)
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("MEMREUSE_REQUIRE_DEVICE", "1")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run the child");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(out.status.success(), "{test} in the child failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "{test} did not run in the child:\n{text}"
-    );
-    true
-}
-
-fn hook<F: Copy>(name: &str) -> F {
-    // SAFETY: the stand-in is loaded (a device was counted first); `F` is the hook's type.
-    unsafe {
-        *memreuse_cuda::cudarc::driver::sys::culib()
-            .get::<F>(name.as_bytes())
-            .expect("stand-in hook")
-    }
-}
-
-/// `memreuse_standin_configure(devices, capacity, deterministic, seed, timeout_ms)`.
-fn configure(devices: u32, timeout_ms: u64) {
-    device_count().expect("the stand-in loads");
-    let f: unsafe extern "C" fn(u32, u64, i32, u64, u64) -> u32 =
-        hook("memreuse_standin_configure");
-    // SAFETY: plain integers; no handle is in use.
-    assert_eq!(unsafe { f(devices, 1 << 30, 0, 0, timeout_ms) }, 0);
-}
+use memreuse_core::{AllocError, AllocatorConfig, Backend, BackendError, CachingAllocator};
+use memreuse_cuda::{CudaDevice, device_count, open_cuda_world};
 
 #[test]
 fn the_standin_is_found_like_a_real_install_and_declares_what_it_honours() {
@@ -156,24 +51,45 @@ fn a_launch_with_the_nonblocking_init_runs_collectives_and_closes() {
     ) {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let vars = [
-        ("RANK", "0".to_owned()),
-        ("WORLD_SIZE", "1".to_owned()),
-        ("LOCAL_RANK", "0".to_owned()),
-        ("MASTER_ADDR", "127.0.0.1".to_owned()),
-        ("MASTER_PORT", port.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    let env = LaunchEnv::from_map(&vars).expect("variables");
-    let rank = open_rank(env, Duration::from_secs(20)).expect("launch");
-    assert_eq!(rank.endpoint.communicator.size(), 1);
-    drop(rank);
+    launch_one_rank();
+    assert_eq!(calls(c"ncclCommInitRankConfig"), 1);
+    assert_eq!(calls(c"ncclCommFinalize"), 1);
+}
+
+/// Bug found by the stand-in: with the init deadline set, an NCCL without
+/// `ncclCommInitRankConfig` (older than 2.14) made `open_rank` fail with cudarc's
+/// "Missing symbol" panic turned `Unavailable`. The symbol is probed by name now, and the
+/// rank takes the documented fallback, the blocking `ncclCommInitRank`.
+#[test]
+fn an_nccl_without_init_rank_config_takes_the_blocking_init() {
+    if parent(
+        "an_nccl_without_init_rank_config_takes_the_blocking_init",
+        &Install::Renamed("ncclCommInitRankConfig", "ncclCommInitRankConfiX"),
+        &[("MEMREUSE_NCCL_INIT_TIMEOUT_S", "20")],
+    ) {
+        return;
+    }
+    launch_one_rank();
+    assert_eq!(calls(c"ncclCommInitRank"), 1);
+}
+
+/// Bug found by the stand-in: with the init deadline set, an NCCL without
+/// `ncclCommFinalize` opened a non-blocking communicator whose close panicked (cudarc, at
+/// the first call of the missing symbol, inside `Drop`). The symbol is probed by name
+/// before the init, and the rank takes the blocking init, which closes without it.
+#[test]
+fn an_nccl_without_finalize_takes_the_blocking_init_and_closes() {
+    if parent(
+        "an_nccl_without_finalize_takes_the_blocking_init_and_closes",
+        &Install::Renamed("ncclCommFinalize", "ncclCommFinalizX"),
+        &[("MEMREUSE_NCCL_INIT_TIMEOUT_S", "20")],
+    ) {
+        return;
+    }
+    launch_one_rank();
+    assert_eq!(calls(c"ncclCommInitRankConfig"), 0);
+    assert_eq!(calls(c"ncclCommInitRank"), 1);
+    assert_eq!(calls(c"ncclCommDestroy"), 1);
 }
 
 /// A collective whose count differs across ranks hangs real NCCL; the stand-in reports it
@@ -381,4 +297,186 @@ fn an_nccl_without_alltoall_takes_grouped_send_recv() {
             });
         }
     });
+}
+
+/// An out-of-memory of `cuMemAlloc_v2` (injected on the device) is `OutOfMemory` naming
+/// the call; the allocator frees its cache and retries; nothing leaks.
+#[test]
+fn an_oom_at_cumemalloc_is_out_of_memory_and_the_allocator_retries() {
+    if parent(
+        "an_oom_at_cumemalloc_is_out_of_memory_and_the_allocator_retries",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(1, 0);
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let inject: unsafe extern "C" fn(i32, u64) -> u32 = hook("memreuse_standin_inject_malloc_oom");
+    // SAFETY: plain integers.
+    assert_eq!(unsafe { inject(0, 1) }, 0);
+    let e = d.malloc(1 << 20).expect_err("injected out of memory");
+    assert!(e.is_out_of_memory(), "{e:?}");
+    assert!(e.to_string().contains("cuMemAlloc"), "{e}");
+    let alloc = CachingAllocator::new(Arc::clone(&d), AllocatorConfig::default());
+    let s = d.default_stream();
+    drop(alloc.allocate(8 << 20, &s).expect("allocate"));
+    // SAFETY: plain integers.
+    assert_eq!(unsafe { inject(0, 1) }, 0);
+    let retries = alloc.stats().num_alloc_retries;
+    let held = alloc
+        .allocate(32 << 20, &s)
+        .expect("retried after freeing the cache");
+    assert!(
+        alloc.stats().num_alloc_retries > retries,
+        "{:?}",
+        alloc.stats()
+    );
+    drop(held);
+    alloc.empty_cache().expect("empty_cache");
+    assert_eq!(pending_and_live().1, 0, "cuMemAlloc allocations leaked");
+    let info = d.memory_info().expect("info");
+    assert_eq!(info.free, info.total);
+}
+
+/// Bug found by the stand-in's fault injection: `cuMemMap`'s `CUDA_ERROR_OUT_OF_MEMORY`
+/// was a `Device` error, so the expandable allocator gave up instead of freeing its cache
+/// and retrying as it does for `cuMemCreate`. Now it retries; any other `cuMemMap` error
+/// fails the allocation with the call named. Either way the allocator keeps no half-made
+/// segment (the physical memory is released) and the next allocation maps.
+#[test]
+fn a_failing_cumemmap_leaves_the_expandable_allocator_consistent() {
+    if parent(
+        "a_failing_cumemmap_leaves_the_expandable_allocator_consistent",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(1, 0);
+    let d = Arc::new(CudaDevice::open(0).expect("open"));
+    let config = AllocatorConfig::parse("expandable_segments:True").expect("config");
+    let alloc = CachingAllocator::try_new(Arc::clone(&d), config).expect("expandable");
+    let s = d.default_stream();
+    // CUDA_ERROR_OUT_OF_MEMORY (2): retried.
+    inject_call_failure(c"cuMemMap", 1, 2);
+    let retries = alloc.stats().num_alloc_retries;
+    let first = alloc.allocate(4 << 20, &s).expect("retried");
+    assert!(
+        alloc.stats().num_alloc_retries > retries,
+        "{:?}",
+        alloc.stats()
+    );
+    assert_eq!(
+        pending_and_live().0,
+        0,
+        "the injected failure was not reached"
+    );
+    // CUDA_ERROR_INVALID_VALUE (1): the allocation fails, naming the call.
+    inject_call_failure(c"cuMemMap", 1, 1);
+    let e = alloc.allocate(64 << 20, &s).expect_err("cuMemMap failed");
+    assert!(
+        matches!(&e, AllocError::Backend(BackendError::Device { call, code_name, .. })
+            if *call == "cuMemMap" && code_name.contains("CUDA_ERROR_INVALID_VALUE")),
+        "{e:?}"
+    );
+    let second = alloc
+        .allocate(64 << 20, &s)
+        .expect("the next allocation maps");
+    d.memset_zero(second.ptr(), 64 << 20, &s).expect("memset");
+    d.synchronize_stream(&s).expect("sync");
+    drop((first, second));
+    alloc.empty_cache().expect("empty_cache");
+    let info = d.memory_info().expect("info");
+    assert_eq!(info.free, info.total, "physical memory leaked");
+}
+
+/// An error NCCL reports on its own (`ncclRemoteError` from `ncclCommGetAsyncError`) is
+/// the communicator's async error, typed and named; after `abort` it is no longer
+/// reported, calls fail as aborted and the device keeps working. A refused collective
+/// (injected `ncclUnhandledCudaError`) is a typed error and the next one runs.
+#[test]
+fn nccl_errors_are_typed_and_the_communicator_stays_consistent() {
+    if parent(
+        "nccl_errors_are_typed_and_the_communicator_stays_consistent",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(16, 0);
+    let mut ranks = open_cuda_world(1).expect("world");
+    let (d, comm) = ranks.pop().expect("one rank");
+    let s = d.create_stream().expect("stream");
+    let buf = d.malloc(16).expect("malloc");
+    d.copy_host_to_device(buf, &[0u8; 16], &s).expect("h2d");
+    inject_call_failure(c"ncclAllReduce", 1, 1);
+    let r = comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(
+        matches!(&r, Err(CommError::Backend(BackendError::Device { call, code_name, .. }))
+            if *call == "ncclAllReduce" && code_name.contains("ncclUnhandledCudaError")),
+        "{r:?}"
+    );
+    comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s)
+        .expect("the next collective runs");
+    d.synchronize_stream(&s).expect("sync");
+    assert!(comm.async_error().is_none());
+    let set: unsafe extern "C" fn(usize, u32) -> u32 =
+        hook("memreuse_standin_set_comm_async_error");
+    // SAFETY: plain integers (0: every live communicator; 6: ncclRemoteError).
+    assert_eq!(unsafe { set(0, 6) }, 0);
+    let e = comm.async_error().expect("the async error is reported");
+    assert!(
+        matches!(&e, CommError::Backend(BackendError::Device { code_name, .. })
+            if code_name.contains("ncclRemoteError")),
+        "{e:?}"
+    );
+    comm.abort();
+    assert!(
+        comm.async_error().is_none(),
+        "an aborted communicator reports nothing"
+    );
+    let r = comm.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(matches!(r, Err(CommError::Aborted { .. })), "{r:?}");
+    drop(comm);
+    d.memset_zero(buf, 16, &s).expect("the device still works");
+    d.synchronize_stream(&s).expect("sync");
+    d.free(buf).expect("free");
+}
+
+/// `ncclCommAbort` while a collective waits for a peer that never comes: the waiting work
+/// fails (a typed error from the stream, not a hang), the communicator refuses calls, and
+/// the device, its memory and new streams keep working.
+#[test]
+fn an_abort_mid_collective_fails_the_pending_work_and_the_device_keeps_working() {
+    if parent(
+        "an_abort_mid_collective_fails_the_pending_work_and_the_device_keeps_working",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(16, 60_000);
+    let mut ranks = open_cuda_world(2).expect("world");
+    let (d1, c1) = ranks.pop().expect("rank 1");
+    let (d0, c0) = ranks.pop().expect("rank 0");
+    let s = d0.create_stream().expect("stream");
+    let buf = d0.malloc(64).expect("malloc");
+    c0.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s)
+        .expect("enqueued; rank 1 never joins");
+    c0.abort();
+    let r = d0.synchronize_stream(&s);
+    assert!(
+        matches!(&r, Err(BackendError::Device { code_name, .. }) if code_name.contains("LAUNCH_FAILED")),
+        "{r:?}"
+    );
+    let r = c0.all_reduce(buf, 4, DType::F32, ReduceOp::Sum, &s);
+    assert!(matches!(r, Err(CommError::Aborted { .. })), "{r:?}");
+    c1.abort();
+    drop((c0, c1));
+    let fresh = d0.create_stream().expect("a new stream");
+    d0.memset_zero(buf, 64, &fresh).expect("memset");
+    d0.synchronize_stream(&fresh).expect("sync");
+    d0.free(buf).expect("free");
+    drop(d1);
 }

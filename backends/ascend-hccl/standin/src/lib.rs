@@ -11,7 +11,8 @@
 //! `libhccl.so` in a temporary directory and points `MEMREUSE_ASCEND_LIB_DIR` there; nothing
 //! installs it, and no default search path of the backend can reach it.
 //!
-//! Design:
+//! Design (the ACL/HCCL face of `memreuse-standin-engine`, which holds the cluster cell,
+//! handle tables, the export guard, call counters, fault injection and the common hooks):
 //! - **Devices**: one [`memreuse_mock::MockCluster`] of N devices per configuration (default
 //!   16 devices of [`memreuse_mock::DEFAULT_CAPACITY`] each), so capacity limits and the race
 //!   detector apply and joint ops (collectives) can span devices. The current device is per
@@ -33,7 +34,7 @@
 //!   argument rules.
 //! - **Harness hooks** (`memreuse_standin_*`, see `harness.rs`): configure a fresh cluster,
 //!   allocation annotations and op labels for the race detector, delays, race reports, fault
-//!   injection, per-symbol call counters.
+//!   injection (the engine's, plus HCCL's communicator faults), per-symbol call counters.
 
 #[cfg(all(feature = "cann80", feature = "cann85"))]
 compile_error!("features `cann80` and `cann85` are different installs: enable one");
@@ -47,21 +48,15 @@ mod hccl_p2p;
 mod hcomm_link;
 mod vm;
 
-use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicI32;
 use std::time::Duration;
 
 use memreuse_core::BackendError;
-use memreuse_mock::{
-    DEFAULT_CAPACITY, JointGroup, MockCluster, MockConfig, MockDevice, MockEvent, MockStream,
-    PairGroups,
-};
-use parking_lot::Mutex;
-
-/// Devices of a default configuration.
-const DEFAULT_DEVICES: usize = 16;
+use memreuse_mock::{JointGroup, MockDevice, MockEvent, MockStream, PairGroups};
+use memreuse_standin_engine::{ClusterCell, HandleTable};
+// Every export runs under the engine's guard; out-pointers are written by its `write_out`.
+use memreuse_standin_engine::{guard, write_out};
 
 /// ACL status codes the stand-in returns.
 mod code {
@@ -89,43 +84,19 @@ mod hcode {
     pub const E_AGAIN: i32 = 20;
 }
 
-/// The configured cluster.
-struct State {
-    devices: Vec<MockDevice>,
-    timeout: Duration,
-}
-
-fn fresh_state(n: usize, config: MockConfig) -> Result<State, BackendError> {
-    let timeout = config.joint_timeout;
-    Ok(State {
-        devices: MockCluster::new(n, config)?.into_devices(),
-        timeout,
-    })
-}
-
-static STATE: Mutex<Option<State>> = Mutex::new(None);
-
-fn with_state<T>(f: impl FnOnce(&State) -> T) -> Result<T, BackendError> {
-    let mut guard = STATE.lock();
-    if guard.is_none() {
-        *guard = Some(fresh_state(
-            DEFAULT_DEVICES,
-            MockConfig::with_capacity(DEFAULT_CAPACITY),
-        )?);
-    }
-    Ok(f(guard.as_ref().expect("initialised above")))
-}
+/// The configured cluster (the engine creates the default one on first use).
+static CLUSTER: ClusterCell<()> = ClusterCell::new(|_| ());
 
 fn device_count() -> usize {
-    with_state(|s| s.devices.len()).unwrap_or(0)
+    CLUSTER.device_count()
 }
 
 fn device_at(index: usize) -> Option<MockDevice> {
-    with_state(|s| s.devices.get(index).cloned()).ok().flatten()
+    CLUSTER.device(index)
 }
 
 fn joint_timeout() -> Duration {
-    with_state(|s| s.timeout).unwrap_or(Duration::from_secs(60))
+    CLUSTER.timeout()
 }
 
 thread_local! {
@@ -195,38 +166,29 @@ enum Handle {
     Comm(Arc<CommMember>),
 }
 
-static HANDLES: Mutex<Option<HashMap<usize, Handle>>> = Mutex::new(None);
-static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x5eed_0000);
+/// Streams, events and communicators.
+static HANDLES: HandleTable<Handle> = HandleTable::new(0x5eed_0000);
 
 fn insert_handle(h: Handle) -> usize {
-    let key = NEXT_HANDLE.fetch_add(0x40, Ordering::Relaxed);
-    HANDLES
-        .lock()
-        .get_or_insert_with(HashMap::new)
-        .insert(key, h);
-    key
+    HANDLES.insert(h)
 }
 
 /// A fresh opaque handle value from the same sequence as the handle table's keys (for
 /// tables kept elsewhere, such as physical memory handles in `vm.rs`).
 pub(crate) fn next_handle_key() -> usize {
-    NEXT_HANDLE.fetch_add(0x40, Ordering::Relaxed)
+    HANDLES.next_key()
 }
 
 pub(crate) fn get_handle(key: usize) -> Option<Handle> {
-    HANDLES.lock().as_ref().and_then(|m| m.get(&key).cloned())
+    HANDLES.get(key)
 }
 
 fn live_streams() -> u64 {
-    HANDLES.lock().as_ref().map_or(0, |m| {
-        m.values()
-            .filter(|h| matches!(h, Handle::Stream(_)))
-            .count() as u64
-    })
+    HANDLES.count(|h| matches!(h, Handle::Stream(_)))
 }
 
 fn remove_handle(key: usize) -> Option<Handle> {
-    HANDLES.lock().as_mut().and_then(|m| m.remove(&key))
+    HANDLES.remove(key)
 }
 
 /// The stream behind `raw` (null: the current device's default stream).
@@ -279,48 +241,6 @@ fn hccl_code(e: &BackendError) -> i32 {
         BackendError::Timeout { .. } => hcode::E_TIMEOUT,
         _ => hcode::E_RUNTIME,
     }
-}
-
-static CALLS: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
-
-fn count_call(name: &'static str) {
-    *CALLS
-        .lock()
-        .get_or_insert_with(HashMap::new)
-        .entry(name)
-        .or_insert(0) += 1;
-}
-
-fn calls_of(name: &str) -> u64 {
-    CALLS
-        .lock()
-        .as_ref()
-        .and_then(|m| m.get(name).copied())
-        .unwrap_or(0)
-}
-
-/// Runs an exported function's body: counts the call, turns `Err(code)` and panics into a
-/// status code, so nothing unwinds across the C boundary.
-fn guard(name: &'static str, panic_code: i32, f: impl FnOnce() -> Result<(), i32>) -> i32 {
-    count_call(name);
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(code)) => code,
-        Err(_) => panic_code,
-    }
-}
-
-/// Writes `value` through an out-pointer after the null check.
-///
-/// # Safety
-/// `out` is null or valid for a write of `T`.
-unsafe fn write_out<T>(out: *mut T, value: T, null_code: i32) -> Result<(), i32> {
-    if out.is_null() {
-        return Err(null_code);
-    }
-    // SAFETY: not null (checked); valid for writes by the caller's contract.
-    unsafe { out.write(value) };
-    Ok(())
 }
 
 /// Harness: where the CANN 8.5 variant's `libhcomm.so` was built (null for the others).

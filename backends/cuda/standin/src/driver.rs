@@ -140,8 +140,8 @@ unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut usize, dev: c_int) -> u
         }
         let i = ordinal(dev)?;
         let handle = with_state(|s| {
-            s.primary[i].1 += 1;
-            s.primary[i].0
+            s.extra[i].1 += 1;
+            s.extra[i].0
         })?;
         // SAFETY: not null (checked), valid for a write (contract).
         unsafe { pctx.write(handle) };
@@ -154,14 +154,14 @@ unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> u32 {
     driver("cuDevicePrimaryCtxRelease_v2", || {
         let i = ordinal(dev)?;
         // cuda.h: releasing a primary context that is not retained is INVALID_CONTEXT.
-        let destroyed = with_state(|s| match s.primary[i].1 {
+        let destroyed = with_state(|s| match s.extra[i].1 {
             0 => Err(codes::INVALID_CONTEXT),
             1 => {
-                s.primary[i].1 = 0;
-                Ok(Some((s.primary[i].0, s.devices[i].clone())))
+                s.extra[i].1 = 0;
+                Ok(Some((s.extra[i].0, s.devices[i].clone())))
             }
             _ => {
-                s.primary[i].1 -= 1;
+                s.extra[i].1 -= 1;
                 Ok(None)
             }
         })??;

@@ -40,9 +40,9 @@
 //! | `ncclCommInitRank`, `ncclCommInitRankConfig`, `ncclCommInitAll`, `ncclCommSplit`, `ncclCommFinalize`, `ncclCommDestroy`, `ncclCommAbort`, `ncclCommGetAsyncError` | same id, distinct ranks and devices, non-blocking `ncclInProgress`; see `nccl.rs` (`InitRankConfig`, `Split`, `Finalize` absent from `old-nccl`) |
 //! | `ncclAllReduce`, `ncclReduceScatter`, `ncclAllGather`, `ncclAlltoAll`, `ncclBroadcast`, `ncclSend`, `ncclRecv`, `ncclGroupStart`, `ncclGroupEnd` | every type and operation of the enums; mismatches reported asynchronously; sends and receives matched at `ncclGroupEnd`; see `nccl_ops.rs` (`AlltoAll` absent from `old-nccl`) |
 //!
-//! Plus the stand-in-only hooks of `harness.rs` (`memreuse_standin_*`: configure, race
-//! detection, race reports, annotations, exact delays, call counters), which the backend
-//! looks up by name and a real driver does not export.
+//! Plus the stand-in-only hooks (`memreuse_standin_*`: configure, race detection, race
+//! reports, annotations, exact delays, call counters, fault injection; `harness.rs`), which
+//! the backend looks up by name and a real driver does not export.
 //!
 //! Layouts and enum values the backend passes (`CUmemAllocationProp`, `CUmemAccessDesc`,
 //! `CUmemLocation`, `ncclConfig_t`'s head, `ncclUniqueId`, attribute, flag, result, data
@@ -55,10 +55,13 @@
 //!   `ncclCommFinalize` and `ncclAlltoAll`.
 //!
 //! # Design
-//! Devices are one [`memreuse_mock::MockCluster`] (default 16 devices of 1 GiB) so capacity
-//! limits, deterministic scheduling and the race detector apply, and collectives are joint
-//! ops of the mock; handles are opaque pointer-looking table keys, so an unknown or
-//! destroyed handle is an error code, never undefined behaviour.
+//! This crate is the CUDA face of `memreuse-standin-engine`, which holds what every
+//! stand-in shares (the mock cluster, handle tables, the guard every export runs under,
+//! call counters, fault injection, the common hooks); what is here is CUDA's and NCCL's
+//! rules and codes. Devices are one [`memreuse_mock::MockCluster`] (default 16 devices of
+//! 1 GiB) so capacity limits, deterministic scheduling and the race detector apply, and
+//! collectives are joint ops of the mock; handles are opaque pointer-looking table keys, so
+//! an unknown or destroyed handle is an error code, never undefined behaviour.
 
 #[cfg(all(feature = "no-vm", feature = "old-nccl"))]
 compile_error!("features `no-vm` and `old-nccl` are different installs: enable one");
@@ -75,4 +78,4 @@ mod state;
 mod stream;
 mod vm;
 
-pub use state::DEFAULT_DEVICES;
+pub use memreuse_standin_engine::DEFAULT_DEVICES;

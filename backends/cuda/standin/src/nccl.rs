@@ -465,6 +465,20 @@ unsafe extern "C" fn ncclCommAbort(comm: usize) -> u32 {
     })
 }
 
+/// Harness: `comm`'s asynchronous state becomes `code` (sticky, as a real communicator's
+/// first error is), an error NCCL hits on its own such as a peer's failure; `comm` 0: every
+/// live communicator (a test of a backend that keeps its handles private).
+pub(crate) fn set_async_error(comm: usize, code: u32) -> Result<(), u32> {
+    if comm == 0 {
+        for m in COMMS.lock().iter().flat_map(HashMap::values) {
+            m.async_error.store(code, Ordering::Release);
+        }
+        return Ok(());
+    }
+    member(comm)?.async_error.store(code, Ordering::Release);
+    Ok(())
+}
+
 /// The code a failed piece of work gives `ncclCommGetAsyncError`.
 fn async_code(e: &memreuse_core::BackendError) -> u32 {
     match e {

@@ -2,30 +2,24 @@
 //! streams, events, communicators), the thread's current context, call counters and the
 //! guard every export runs under.
 
-use std::collections::HashMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use memreuse_core::BackendError;
-use memreuse_mock::{DEFAULT_CAPACITY, MockCluster, MockConfig, MockDevice, MockEvent, MockStream};
-use parking_lot::Mutex;
+use memreuse_mock::{MockConfig, MockDevice, MockEvent, MockStream};
+use memreuse_standin_engine::{Cluster, ClusterCell, HandleTable};
+// Every export runs under the engine's guard; out-pointers are written by its `write_out`.
+pub(crate) use memreuse_standin_engine::write_out;
 
 use crate::codes;
 
-/// Devices of the configuration a process starts with (every built-in schedule fits).
-pub const DEFAULT_DEVICES: usize = 16;
+/// The configured cluster; per configuration, per device: the primary context's handle
+/// and its retain count.
+pub(crate) type State = Cluster<Vec<(usize, u32)>>;
 
-/// The configured cluster.
-pub(crate) struct State {
-    pub devices: Vec<MockDevice>,
-    pub timeout: Duration,
-    /// Per device: the primary context's handle and its retain count.
-    pub primary: Vec<(usize, u32)>,
-}
-
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+static STATE: ClusterCell<Vec<(usize, u32)>> =
+    ClusterCell::new(|n| (0..n).map(|_| (next_handle_key(), 0)).collect());
 
 /// `cuInit` succeeded in this process.
 pub(crate) static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -33,41 +27,31 @@ pub(crate) static INITIALIZED: AtomicBool = AtomicBool::new(false);
 /// Replaces the cluster: every stream and event of the old one becomes unknown (the
 /// harness also resets the memory, virtual-memory and communicator tables).
 pub(crate) fn configure(n: usize, config: MockConfig) -> Result<(), BackendError> {
-    let timeout = config.joint_timeout;
-    let devices = MockCluster::new(n, config)?.into_devices();
-    let primary = (0..n).map(|_| (next_handle_key(), 0)).collect();
-    HANDLES.lock().take();
-    *STATE.lock() = Some(State {
-        devices,
-        timeout,
-        primary,
-    });
+    STATE.configure(n, config)?;
+    HANDLES.clear();
     Ok(())
 }
 
 /// Runs `f` on the state, creating the default configuration on first use.
 pub(crate) fn with_state<T>(f: impl FnOnce(&mut State) -> T) -> Result<T, u32> {
-    let mut guard = STATE.lock();
-    if guard.is_none() {
-        drop(guard);
-        configure(DEFAULT_DEVICES, MockConfig::with_capacity(DEFAULT_CAPACITY))
-            .map_err(|_| codes::UNKNOWN)?;
-        guard = STATE.lock();
-    }
-    let state = guard.as_mut().ok_or(codes::UNKNOWN)?;
-    Ok(f(state))
+    STATE.with(f).map_err(|_| codes::UNKNOWN)
 }
 
 pub(crate) fn device_count() -> usize {
-    with_state(|s| s.devices.len()).unwrap_or(0)
+    STATE.device_count()
 }
 
 pub(crate) fn device_at(index: usize) -> Option<MockDevice> {
-    with_state(|s| s.devices.get(index).cloned()).ok().flatten()
+    STATE.device(index)
 }
 
 pub(crate) fn timeout() -> Duration {
-    with_state(|s| s.timeout).unwrap_or(Duration::from_secs(60))
+    STATE.timeout()
+}
+
+/// Races found on every device.
+pub(crate) fn race_count() -> u64 {
+    STATE.race_count()
 }
 
 /// A stream handle's target.
@@ -94,60 +78,46 @@ pub(crate) enum Handle {
     Event(Arc<EventH>),
 }
 
-static HANDLES: Mutex<Option<HashMap<usize, Handle>>> = Mutex::new(None);
-static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x7c0d_0000);
+/// Streams and events (communicators have their own table in `nccl.rs`, keyed from the
+/// same sequence).
+static HANDLES: HandleTable<Handle> = HandleTable::new(0x7c0d_0000);
 
 /// A fresh opaque, pointer-looking handle value (never 0, 1 or 2: CUDA's special streams).
 pub(crate) fn next_handle_key() -> usize {
-    NEXT_HANDLE.fetch_add(0x40, Ordering::Relaxed)
+    HANDLES.next_key()
 }
 
 pub(crate) fn insert_handle(h: Handle) -> usize {
-    let key = next_handle_key();
-    HANDLES
-        .lock()
-        .get_or_insert_with(HashMap::new)
-        .insert(key, h);
-    key
+    HANDLES.insert(h)
 }
 
 pub(crate) fn get_handle(key: usize) -> Option<Handle> {
-    HANDLES.lock().as_ref().and_then(|m| m.get(&key).cloned())
+    HANDLES.get(key)
 }
 
 pub(crate) fn remove_handle(key: usize) -> Option<Handle> {
-    HANDLES.lock().as_mut().and_then(|m| m.remove(&key))
+    HANDLES.remove(key)
 }
 
 /// Removes every stream and event of context `ctx` (it was destroyed).
 pub(crate) fn remove_context_handles(ctx: usize) {
-    if let Some(m) = HANDLES.lock().as_mut() {
-        m.retain(|_, h| match h {
-            Handle::Stream(s) => s.ctx != ctx,
-            Handle::Event(e) => e.ctx != ctx,
-        });
-    }
+    HANDLES.retain(|h| match h {
+        Handle::Stream(s) => s.ctx != ctx,
+        Handle::Event(e) => e.ctx != ctx,
+    });
 }
 
 /// The live streams of context `ctx`.
 pub(crate) fn context_streams(ctx: usize) -> Vec<StreamH> {
-    HANDLES.lock().as_ref().map_or_else(Vec::new, |m| {
-        m.values()
-            .filter_map(|h| match h {
-                Handle::Stream(s) if s.ctx == ctx => Some(s.clone()),
-                _ => None,
-            })
-            .collect()
+    HANDLES.collect(|h| match h {
+        Handle::Stream(s) if s.ctx == ctx => Some(s.clone()),
+        _ => None,
     })
 }
 
 /// Stream handles not destroyed.
 pub(crate) fn live_streams() -> u64 {
-    HANDLES.lock().as_ref().map_or(0, |m| {
-        m.values()
-            .filter(|h| matches!(h, Handle::Stream(_)))
-            .count() as u64
-    })
+    HANDLES.count(|h| matches!(h, Handle::Stream(_)))
 }
 
 thread_local! {
@@ -168,48 +138,25 @@ pub(crate) fn current() -> Result<(usize, usize, MockDevice), u32> {
 /// The device of an active (retained) primary context.
 pub(crate) fn context_device(ctx: usize) -> Option<(usize, usize, MockDevice)> {
     with_state(|s| {
-        let index = s
-            .primary
-            .iter()
-            .position(|&(h, refs)| h == ctx && refs > 0)?;
+        let index = s.extra.iter().position(|&(h, refs)| h == ctx && refs > 0)?;
         Some((ctx, index, s.devices[index].clone()))
     })
     .ok()
     .flatten()
 }
 
-static CALLS: Mutex<Option<HashMap<&'static str, u64>>> = Mutex::new(None);
-
-pub(crate) fn calls_of(name: &str) -> u64 {
-    CALLS
-        .lock()
-        .as_ref()
-        .and_then(|m| m.get(name).copied())
-        .unwrap_or(0)
-}
-
-/// Runs an exported function's body: counts the call, turns `Err(code)` and panics into a
-/// status code, so nothing unwinds across the C boundary.
+/// Runs an exported function's body under the engine's guard (call counted, injected
+/// failure answered, panic caught), printing a refused call when tracing.
 pub(crate) fn guard(
     name: &'static str,
     panic_code: u32,
     f: impl FnOnce() -> Result<(), u32>,
 ) -> u32 {
-    *CALLS
-        .lock()
-        .get_or_insert_with(HashMap::new)
-        .entry(name)
-        .or_insert(0) += 1;
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(code)) => {
-            if tracing() {
-                eprintln!("memreuse-cuda-standin: {name} -> {code}");
-            }
-            code
-        }
-        Err(_) => panic_code,
+    let code = memreuse_standin_engine::guard(name, panic_code, f);
+    if code != 0 && tracing() {
+        eprintln!("memreuse-cuda-standin: {name} -> {code}");
     }
+    code
 }
 
 /// `MEMREUSE_STANDIN_TRACE` is set: every refused call is printed to stderr with its code
@@ -227,19 +174,6 @@ pub(crate) fn driver(name: &'static str, f: impl FnOnce() -> Result<(), u32>) ->
         }
         f()
     })
-}
-
-/// Writes `value` through an out-pointer after the null check.
-///
-/// # Safety
-/// `out` is null or valid for a write of `T`.
-pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, null_code: u32) -> Result<(), u32> {
-    if out.is_null() {
-        return Err(null_code);
-    }
-    // SAFETY: not null (checked); valid for writes by the caller's contract.
-    unsafe { out.write(value) };
-    Ok(())
 }
 
 /// The driver code for a mock error.

@@ -1,0 +1,3 @@
+//! Helpers shared by the backend's integration tests.
+
+pub mod standin;
