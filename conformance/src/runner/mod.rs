@@ -3,10 +3,11 @@
 //!
 //! The steps, one file each: [`RunOptions`] (what is asked) is resolved into a [`Plan`]
 //! (`plan`); a session (`session`) replays each run, judges and records it, shows progress
-//! (`progress`) and rewrites the report files (`outputs`); at the end it prints the
+//! (`progress`) and rewrites the report files (`outputs`, in a directory it locks: `lock`); at the end it prints the
 //! summary (`summary`) and returns the exit status. The runner does not know the command
 //! line: `cli` builds its options.
 
+mod lock;
 mod options;
 mod outputs;
 mod plan;
@@ -23,7 +24,8 @@ pub use plan::{Plan, UsageError, plan};
 use session::{RunKey, Session};
 
 /// Runs the `run` subcommand; returns the exit status (0 all passed or skipped, 1 a run
-/// failed or errored, 2 usage error / invalid schedule).
+/// failed or errored, 2 usage error / invalid schedule / an output that is a schedule / a
+/// report directory another runner is writing).
 pub fn run(options: &RunOptions) -> ExitCode {
     let plan = match plan(options) {
         Ok(p) => p,
@@ -32,7 +34,14 @@ pub fn run(options: &RunOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut session = Session::start(options, &plan);
+    let outputs = match outputs::Outputs::open(options) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("memreuse-conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut session = Session::start(options, &plan, outputs);
     // Each configuration is a whole set of runs, so a run stopped at a time limit has
     // complete sets for the configurations it finished.
     for conf in &plan.alloc_confs {
