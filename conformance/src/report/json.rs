@@ -20,6 +20,11 @@ pub struct Report {
     /// FAIL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_missing: Vec<String>,
+    /// The allocator settings the runs used and where they came from, as the pages'
+    /// `allocator:` line (optional field added by memreuse), e.g.
+    /// `expandable_segments:True from MEMREUSE_ALLOC_CONF`, per backend when they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<String>,
 }
 
 impl Report {
@@ -30,6 +35,7 @@ impl Report {
             tool_version: env!("CARGO_PKG_VERSION").to_owned(),
             runs: Vec::new(),
             required_missing: Vec::new(),
+            allocator: None,
         }
     }
 

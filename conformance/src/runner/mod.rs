@@ -7,6 +7,7 @@
 //! summary (`summary`) and returns the exit status. The runner does not know the command
 //! line: `cli` builds its options.
 
+mod confs;
 mod lock;
 mod options;
 mod outputs;
@@ -17,6 +18,7 @@ mod summary;
 
 use std::process::ExitCode;
 
+pub use confs::{ConfSet, allocator_line, conf_sets};
 pub use options::RunOptions;
 pub use outputs::{DEFAULT_REPORT_DIR, default_report_dir};
 pub use plan::{Plan, UsageError, plan};
@@ -34,6 +36,9 @@ pub fn run(options: &RunOptions) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    for w in &plan.warnings {
+        eprintln!("memreuse-conformance: warning: {w}");
+    }
     let outputs = match outputs::Outputs::open(options) {
         Ok(o) => o,
         Err(e) => {
@@ -44,12 +49,12 @@ pub fn run(options: &RunOptions) -> ExitCode {
     let mut session = Session::start(options, &plan, outputs);
     // Each configuration is a whole set of runs, so a run stopped at a time limit has
     // complete sets for the configurations it finished.
-    for conf in &plan.alloc_confs {
+    for set in &plan.alloc_confs {
         for entry in &plan.entries {
             for backend in &plan.backends {
                 for &mode in &plan.modes {
                     session.run_one(RunKey {
-                        conf,
+                        conf: set.for_backend(backend),
                         entry,
                         backend,
                         mode,

@@ -78,11 +78,13 @@ impl<'a> Session<'a> {
         // A required backend that is not compiled in or has no device fails the run
         // before any of its runs: the partial report never says PASS meanwhile.
         report.required_missing = check_required(&plan.required, &[]).missing;
-        let meta = RunMeta::capture(if options.deterministic {
+        let mut meta = RunMeta::capture(if options.deterministic {
             format!("deterministic, seed {}", options.seed.unwrap_or(0))
         } else {
             "free-running threads (no --deterministic)".to_owned()
         });
+        meta.allocator.clone_from(&plan.allocator);
+        report.allocator = Some(plan.allocator.clone());
         Session {
             options,
             plan,
