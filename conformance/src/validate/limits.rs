@@ -35,6 +35,22 @@ pub const HOST_BYTES_PER_STREAM_THREAD: u64 = 384 << 10;
 /// Host bytes a process group's watchdog thread reserves (a 128 KiB stack plus the same
 /// margin).
 pub const HOST_BYTES_PER_WATCHDOG_THREAD: u64 = 256 << 10;
+/// Host bytes per (rank, peer) pair: what every rank keeps per member of its groups
+/// (sequence numbers, rendezvous slots), measured at 117-245 bytes on world sizes of
+/// 128-1,024 and rounded up; a world of 1,024 ranks costs 256 MiB.
+pub const HOST_BYTES_PER_RANK_PAIR: u64 = 256;
+
+/// The device bytes a rank's allocator reserves beyond its live tensors, which the mock
+/// backs with host memory: a small-pool segment (2 MiB) partly used when the rank
+/// allocates a tensor of at most 1 MiB, a large-pool segment (20 MiB) when it allocates
+/// one of 1-10 MiB, and 2 MiB of rounding when it allocates a larger one. Before this
+/// was counted, 1,024 ranks of 4 KiB each were estimated at their 4 MiB of tensors and
+/// took 2 GiB of segments (the validator accepted schedules that aborted under a 4 GiB
+/// address-space limit).
+fn segment_slack_bytes(small: bool, mid: bool, large: bool) -> u64 {
+    use memreuse_core::allocator::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
+    u64::from(small) * SMALL_BUFFER + u64::from(mid) * LARGE_BUFFER + u64::from(large) * ROUND_LARGE
+}
 
 /// What running a schedule costs, as estimated before anything runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +74,11 @@ pub struct Cost {
     pub threads: u64,
     /// What those threads reserve (see `HOST_BYTES_PER_*_THREAD`).
     pub thread_bytes: u64,
+    /// Sum over ranks of the device segments reserved beyond the live tensors (see
+    /// `segment_slack_bytes`): host memory on the mock.
+    pub segment_slack_bytes: u64,
+    /// What the ranks keep per peer: `world_size`² x [`HOST_BYTES_PER_RANK_PAIR`].
+    pub rank_pair_bytes: u64,
 }
 
 impl Cost {
@@ -68,6 +89,8 @@ impl Cost {
             .saturating_add(self.reference_bytes.saturating_mul(TENSOR_COPIES))
             .saturating_add(self.checked_bytes.saturating_mul(CHECK_COPIES))
             .saturating_add(self.thread_bytes)
+            .saturating_add(self.segment_slack_bytes)
+            .saturating_add(self.rank_pair_bytes)
     }
 }
 
@@ -85,6 +108,9 @@ pub fn cost(s: &Schedule) -> Cost {
     let ranks = s.world_size.min(MAX_WORLD_SIZE);
     let mut total = Cost {
         steps: expanded_steps(s),
+        rank_pair_bytes: (ranks as u64)
+            .saturating_mul(ranks as u64)
+            .saturating_mul(HOST_BYTES_PER_RANK_PAIR),
         ..Cost::default()
     };
     let later_iterations = u64::from(s.iterations.saturating_sub(1));
@@ -97,6 +123,7 @@ pub fn cost(s: &Schedule) -> Cost {
             element_ops: 0,
             checked_bytes: 0,
             delay_us: 0,
+            pools: [false; 3],
         };
         walk.segment(s, Phase::Setup, 1);
         if s.iterations >= 1 {
@@ -111,6 +138,10 @@ pub fn cost(s: &Schedule) -> Cost {
         total.reference_bytes = total.reference_bytes.saturating_add(walk.peak);
         total.checked_bytes = total.checked_bytes.saturating_add(walk.checked_bytes);
         total.delay_us = total.delay_us.max(walk.delay_us);
+        let [small, mid, large] = walk.pools;
+        total.segment_slack_bytes = total
+            .segment_slack_bytes
+            .saturating_add(segment_slack_bytes(small, mid, large));
         let lists = s
             .groups
             .values()
@@ -137,6 +168,9 @@ struct RankWalk<'a> {
     element_ops: u64,
     checked_bytes: u64,
     delay_us: u64,
+    /// Whether the rank allocates a tensor of at most 1 MiB, of 1-10 MiB, and larger:
+    /// the segments its allocator reserves (see `segment_slack_bytes`).
+    pools: [bool; 3],
 }
 
 impl<'a> RankWalk<'a> {
@@ -148,6 +182,14 @@ impl<'a> RankWalk<'a> {
             let touched = match &op.kind {
                 OpKind::Alloc { t, elems, .. } => {
                     let bytes = elems.saturating_mul(4);
+                    let pool = if bytes <= memreuse_core::allocator::SMALL_SIZE {
+                        0
+                    } else if bytes < memreuse_core::allocator::MIN_LARGE_ALLOC {
+                        1
+                    } else {
+                        2
+                    };
+                    self.pools[pool] = true;
                     if let Some(old) = self.sizes.insert(t.as_str(), *elems) {
                         self.now = self.now.saturating_sub(old.saturating_mul(4));
                     }
@@ -232,7 +274,7 @@ pub(super) fn check(s: &Schedule, sink: &mut Sink) -> bool {
             ),
             ("threads of a replay", c.threads, MAX_THREADS),
             (
-                "estimated host bytes (tensors, checked values x 4, steps, thread stacks)",
+                "estimated host bytes (tensors, checked values x 4, steps, thread stacks, device segments, per-peer state)",
                 c.host_bytes(),
                 MAX_HOST_BYTES,
             ),
