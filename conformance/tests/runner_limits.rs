@@ -148,7 +148,7 @@ fn the_largest_accepted_world_of_tp_and_never_wait_runs_under_the_limit() {
         // world grows: every cost term grows with it).
         let (mut lo, mut hi) = (1usize, 1025usize);
         while hi - lo > 1 {
-            let mid = (lo + hi) / 2;
+            let mid = usize::midpoint(lo, hi);
             if validate("t.json", &at_world(&v, mid).1).is_ok() {
                 lo = mid;
             } else {

@@ -115,14 +115,9 @@ impl Outputs {
             (None, Some(_)) => None,
             (None, None) => Some(default_report_dir()),
         };
-        let mut outputs = Outputs {
-            dir,
-            json,
-            inputs: options.schedules.clone(),
-            _lock: None,
-        };
-        for path in outputs.paths() {
-            if let Some(input) = same_as_input(&path, &outputs.inputs) {
+        let inputs = options.schedules.clone();
+        for path in &report_paths(json.as_deref(), dir.as_deref()) {
+            if let Some(input) = same_as_input(path, &inputs) {
                 return Err(UsageError(
                     OutputError::SameAsInput {
                         path: path.display().to_string(),
@@ -132,25 +127,28 @@ impl Outputs {
                 ));
             }
         }
-        if let Some(dir) = &outputs.dir
+        let mut lock = None;
+        if let Some(dir) = &dir
             && std::fs::create_dir_all(dir).is_ok()
         {
             match lock_report_dir(dir) {
-                Ok(lock) => outputs._lock = Some(lock),
+                Ok(held) => lock = Some(held),
                 Err(held @ LockRefusal::Held(_)) => return Err(UsageError(held.to_string())),
                 Err(unavailable) => eprintln!("memreuse-conformance: warning: {unavailable}"),
             }
         }
+        let outputs = Outputs {
+            dir,
+            json,
+            inputs,
+            _lock: lock,
+        };
         Ok(outputs)
     }
 
     /// Every report file, JSON first.
     fn paths(&self) -> Vec<PathBuf> {
-        let mut paths: Vec<PathBuf> = self.json.iter().cloned().collect();
-        if let Some(dir) = &self.dir {
-            paths.extend(REPORT_FILES.iter().map(|f| dir.join(f)));
-        }
-        paths
+        report_paths(self.json.as_deref(), self.dir.as_deref())
     }
 
     /// Every report file written, as the final `report: ...` line lists them.
@@ -206,14 +204,14 @@ impl Outputs {
             })?;
             let rules = self.rules().within(dir);
             let json = dir.join("report.json");
-            self.put(&json, text.as_bytes(), &rules, last)?;
+            Self::put(&json, text.as_bytes(), &rules, last)?;
             let html = dir.join("report.html");
             if last || !writes_once(&html) {
                 let page = render_html(report, series, links, meta);
-                self.put(&html, page.as_bytes(), &rules, last)?;
+                Self::put(&html, page.as_bytes(), &rules, last)?;
             }
             let md = dir.join("summary.md");
-            self.put(
+            Self::put(
                 md.as_path(),
                 render_markdown(report, meta).as_bytes(),
                 &rules,
@@ -229,7 +227,7 @@ impl Outputs {
                     reason: e.to_string(),
                 })?;
             }
-            self.put(path, text.as_bytes(), &self.rules(), last)?;
+            Self::put(path, text.as_bytes(), &self.rules(), last)?;
         }
         Ok(())
     }
@@ -238,17 +236,11 @@ impl Outputs {
     fn rules(&self) -> OutputRules {
         self.inputs
             .iter()
-            .fold(OutputRules::new(), |rules, input| rules.input(input))
+            .fold(OutputRules::new(), OutputRules::input)
     }
 
     /// One file through core's writer; a stream only on the `last` write.
-    fn put(
-        &self,
-        path: &Path,
-        bytes: &[u8],
-        rules: &OutputRules,
-        last: bool,
-    ) -> Result<(), WriteError> {
+    fn put(path: &Path, bytes: &[u8], rules: &OutputRules, last: bool) -> Result<(), WriteError> {
         if !last && writes_once(path) {
             return Ok(());
         }
@@ -266,6 +258,15 @@ impl Outputs {
 
 /// The files of a report directory.
 const REPORT_FILES: [&str; 3] = ["report.json", "report.html", "summary.md"];
+
+/// The `--json` file, then the report directory's files.
+fn report_paths(json: Option<&Path>, dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = json.map(Path::to_path_buf).into_iter().collect();
+    if let Some(dir) = dir {
+        paths.extend(REPORT_FILES.iter().map(|f| dir.join(f)));
+    }
+    paths
+}
 
 /// A report-writing failure, naming the file.
 #[derive(Debug, thiserror::Error)]
