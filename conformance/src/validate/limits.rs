@@ -77,7 +77,7 @@ pub struct Cost {
     /// Sum over ranks of the device segments reserved beyond the live tensors (see
     /// `segment_slack_bytes`): host memory on the mock.
     pub segment_slack_bytes: u64,
-    /// What the ranks keep per peer: `world_size`² x [`HOST_BYTES_PER_RANK_PAIR`].
+    /// What the ranks keep per peer: `world_size`² x `HOST_BYTES_PER_RANK_PAIR`.
     pub rank_pair_bytes: u64,
 }
 
