@@ -267,7 +267,7 @@ pub(super) fn check(s: &Schedule, sink: &mut Sink) -> bool {
             ),
             ("threads of a replay", c.threads, MAX_THREADS),
             (
-                "estimated host bytes (tensors, checked values x 4, steps, thread stacks, device segments, per-peer state)",
+                "estimated host bytes (tensors, checked values x 4, steps, thread stacks)",
                 c.host_bytes(),
                 MAX_HOST_BYTES,
             ),
