@@ -157,6 +157,27 @@ fn a_symlink_planted_in_the_trace_dir_is_refused_not_followed() {
 }
 
 #[test]
+fn a_symlinked_report_file_is_refused_before_anything_runs_and_kept() {
+    let dir = tmp("report-symlink");
+    let report = dir.join("r");
+    std::fs::create_dir_all(&report).unwrap();
+    let victim = dir.join("victim.json");
+    std::fs::write(&victim, "keep me").unwrap();
+    let link = report.join("report.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = cli(&one_run(&["--quiet", "--report", report.to_str().unwrap()]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("it is a symbolic link"),
+        "{}",
+        text(&o)
+    );
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+}
+
+#[test]
 fn an_output_that_is_the_schedule_is_refused_before_anything_runs() {
     let dir = tmp("same-as-input");
     let schedule = dir.join("s.json");

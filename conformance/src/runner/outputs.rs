@@ -99,7 +99,8 @@ pub(super) struct Outputs {
 
 impl Outputs {
     /// The files `options` asks for (`--report`, `--json`, else the default directory),
-    /// checked before anything runs: an output that is one of the schedules, or a report
+    /// checked before anything runs: an output that is one of the schedules, a symbolic
+    /// link (or directory, socket, block device) the writer would refuse, or a report
     /// directory another runner holds, is a usage error (exit 2). A directory that cannot
     /// be created is reported when the report is written (exit 1, naming it).
     pub(super) fn open(options: &RunOptions) -> Result<Self, UsageError> {
@@ -117,6 +118,16 @@ impl Outputs {
         };
         let inputs = options.schedules.clone();
         for path in &report_paths(json.as_deref(), dir.as_deref()) {
+            // What the writer would refuse at the end is refused now, before the runs.
+            if let Some(kind) = refused_kind(path) {
+                return Err(UsageError(
+                    OutputError::NotARegularFile {
+                        path: path.display().to_string(),
+                        kind,
+                    }
+                    .to_string(),
+                ));
+            }
             if let Some(input) = same_as_input(path, &inputs) {
                 return Err(UsageError(
                     OutputError::SameAsInput {
@@ -280,14 +291,42 @@ pub(super) struct WriteError {
 /// descriptors, a character device, a FIFO): such a file gets the report once, at the end.
 fn writes_once(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
-    let own = path == Path::new("/dev/stdout")
+    is_own_descriptor(path)
+        || std::fs::symlink_metadata(path).is_ok_and(|m| {
+            let t = m.file_type();
+            t.is_char_device() || t.is_fifo()
+        })
+}
+
+/// What core's writer refuses to replace or write through at `path` (a symbolic link
+/// other than the process's own descriptors, a directory, a block device, a socket), in
+/// its words; `None` for anything it writes.
+fn refused_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if is_own_descriptor(path) {
+        return None;
+    }
+    let t = std::fs::symlink_metadata(path).ok()?.file_type();
+    if t.is_symlink() {
+        Some("symbolic link")
+    } else if t.is_dir() {
+        Some("directory")
+    } else if t.is_block_device() {
+        Some("block device")
+    } else if t.is_socket() {
+        Some("socket")
+    } else {
+        None
+    }
+}
+
+/// `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N`: written through by core's
+/// writer, whatever they point at.
+fn is_own_descriptor(path: &Path) -> bool {
+    path == Path::new("/dev/stdout")
         || path == Path::new("/dev/stderr")
         || path.parent() == Some(Path::new("/dev/fd"))
-        || path.parent() == Some(Path::new("/proc/self/fd"));
-    own || std::fs::symlink_metadata(path).is_ok_and(|m| {
-        let t = m.file_type();
-        t.is_char_device() || t.is_fifo()
-    })
+        || path.parent() == Some(Path::new("/proc/self/fd"))
 }
 
 /// The input among `inputs` that `path` names (the same regular file under any name),
