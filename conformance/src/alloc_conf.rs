@@ -1,9 +1,11 @@
-//! `run --alloc-conf STRING` and `MEMREUSE_ALLOC_CONF`: the allocator configurations a run
-//! replays every schedule under (docs/conformance-cli.md).
+//! `run --alloc-conf STRING` and the configuration variables: the allocator configurations
+//! a run replays every schedule under (docs/conformance-cli.md).
 //!
-//! Each `--alloc-conf` value is another set of runs; when none is given the runner reads
-//! `MEMREUSE_ALLOC_CONF` (one set), and when that is unset or empty every run uses the
-//! default configuration. Values are parsed strictly, before anything runs: a malformed one
+//! Each `--alloc-conf` value is another set of runs; when none is given the runner reads,
+//! per backend, the first set variable of core's precedence (`MEMREUSE_ALLOC_CONF`,
+//! `PYTORCH_ALLOC_CONF`, then `PYTORCH_CUDA_ALLOC_CONF` on CUDA or `PYTORCH_NPU_ALLOC_CONF`
+//! on Ascend: [`resolve_for_backend`]), and when none is set or the one used is empty the
+//! backend's runs use the default configuration. Values are parsed strictly, before anything runs: a malformed one
 //! is a usage error naming the key and what is valid. A valid configuration that a backend
 //! cannot provide (`expandable_segments:True` without virtual memory) is found when the
 //! allocator is opened ([`open_allocators`]) and skips that run with the reason.
@@ -11,7 +13,9 @@
 use std::sync::Arc;
 
 use memreuse_core::AnyBackend;
-use memreuse_core::allocator::{ALLOC_CONF_ENV, AllocatorConfig, CachingAllocator, ConfigError};
+use memreuse_core::allocator::{
+    ALLOC_CONF_ENV, AllocConfPlatform, AllocatorConfig, CachingAllocator, ChosenConf, ConfigError,
+};
 
 use crate::skip::SkipReason;
 
@@ -35,20 +39,30 @@ impl AllocConf {
     }
 }
 
-/// Where a rejected configuration string came from.
+/// Where a configuration string came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfSource {
     /// A `--alloc-conf` value.
     Flag,
-    /// The `MEMREUSE_ALLOC_CONF` environment variable.
-    Env,
+    /// This environment variable (`MEMREUSE_ALLOC_CONF` or one of PyTorch's names).
+    Env(&'static str),
+}
+
+impl std::fmt::Display for ConfSource {
+    /// `--alloc-conf` or the variable's name: the `from ...` of the report's allocator line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfSource::Flag => f.write_str("--alloc-conf"),
+            ConfSource::Env(variable) => f.write_str(variable),
+        }
+    }
 }
 
 /// A configuration string the runner refuses before running anything (exit status 2).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AllocConfError {
     /// The string does not parse; `error` names the key and what is valid.
-    #[error("{}: {}", match origin { ConfSource::Flag => format!("--alloc-conf `{value}`"), ConfSource::Env => format!("{ALLOC_CONF_ENV}=`{value}`") }, detail(error))]
+    #[error("{}: {}", match origin { ConfSource::Flag => format!("--alloc-conf `{value}`"), ConfSource::Env(variable) => format!("{variable}=`{value}`") }, detail(error))]
     Invalid {
         /// Flag or variable.
         origin: ConfSource,
@@ -57,9 +71,10 @@ pub enum AllocConfError {
         /// Why it does not parse.
         error: ConfigError,
     },
-    /// `MEMREUSE_ALLOC_CONF` is set to something that is not valid Unicode.
-    #[error("{ALLOC_CONF_ENV} is not valid Unicode (unset it, or give --alloc-conf)")]
-    EnvNotUnicode,
+    /// The configuration variable used (named) is set to something that is not valid
+    /// Unicode.
+    #[error("{0} is not valid Unicode (unset it, or give --alloc-conf)")]
+    EnvNotUnicode(&'static str),
     /// Two different strings whose file-tag hashes collide (their artifacts would
     /// overwrite each other).
     #[error(
@@ -93,12 +108,23 @@ pub fn resolve(
     flags: &[String],
     env: Option<std::ffi::OsString>,
 ) -> Result<Vec<Option<AllocConf>>, AllocConfError> {
+    resolve_from(flags, env.map(|v| (ALLOC_CONF_ENV, v)))
+}
+
+/// [`resolve`] with the variable named: `env` is the variable chosen and its value.
+fn resolve_from(
+    flags: &[String],
+    env: Option<(&'static str, std::ffi::OsString)>,
+) -> Result<Vec<Option<AllocConf>>, AllocConfError> {
     let (values, source) = if flags.is_empty() {
         match env {
             None => return Ok(vec![None]),
-            Some(v) => (
-                vec![v.into_string().map_err(|_| AllocConfError::EnvNotUnicode)?],
-                ConfSource::Env,
+            Some((variable, v)) => (
+                vec![
+                    v.into_string()
+                        .map_err(|_| AllocConfError::EnvNotUnicode(variable))?,
+                ],
+                ConfSource::Env(variable),
             ),
         }
     } else {
@@ -141,15 +167,42 @@ pub fn resolve(
     Ok(out)
 }
 
-/// [`resolve`] with the process's own `MEMREUSE_ALLOC_CONF`, read only when `flags` is
-/// empty.
-pub fn resolve_from_env(flags: &[String]) -> Result<Vec<Option<AllocConf>>, AllocConfError> {
-    let env = if flags.is_empty() {
-        std::env::var_os(ALLOC_CONF_ENV)
-    } else {
-        None
+/// The configuration `backend`'s runs use when no `--alloc-conf` is given: the first set
+/// variable of its platform's precedence (core's `ChosenConf`, looked up with `lookup`,
+/// `std::env::var_os` for the process), parsed strictly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendConf {
+    /// The configuration (`None`: the defaults).
+    pub conf: Option<AllocConf>,
+    /// The variable it was read from (`None`: none of the backend's variables is set).
+    pub variable: Option<&'static str>,
+    /// The warning core's precedence gives when a set variable it overrides differs.
+    pub warning: Option<String>,
+}
+
+/// Resolves [`BackendConf`] for `backend` (its platform from
+/// [`AllocConfPlatform::for_backend`]). Only the variable used is parsed: its error names
+/// it; a differing variable it overrides is named in [`BackendConf::warning`].
+pub fn resolve_for_backend(
+    backend: &str,
+    lookup: impl FnMut(&str) -> Option<std::ffi::OsString>,
+) -> Result<BackendConf, AllocConfError> {
+    let platform = AllocConfPlatform::for_backend(backend);
+    let Some(chosen) = ChosenConf::choose(platform, lookup) else {
+        return Ok(BackendConf {
+            conf: None,
+            variable: None,
+            warning: None,
+        });
     };
-    resolve(flags, env)
+    let warning = chosen.warning();
+    let variable = chosen.variable;
+    let mut confs = resolve_from(&[], Some((variable, chosen.value)))?;
+    Ok(BackendConf {
+        conf: confs.pop().flatten(),
+        variable: Some(variable),
+        warning,
+    })
 }
 
 /// A configuration string in a form that is safe in a file name: `conf-<prefix>-<hash>`,
@@ -287,7 +340,7 @@ mod tests {
         assert!(matches!(
             e,
             AllocConfError::Invalid {
-                origin: ConfSource::Env,
+                origin: ConfSource::Env(ALLOC_CONF_ENV),
                 error: ConfigError::UnknownKey { .. },
                 ..
             }
@@ -318,9 +371,12 @@ mod tests {
                 b"expandable_segments:\xff".to_vec(),
             ))
         };
-        assert_eq!(resolve(&[], bytes()), Err(AllocConfError::EnvNotUnicode));
+        assert_eq!(
+            resolve(&[], bytes()),
+            Err(AllocConfError::EnvNotUnicode(ALLOC_CONF_ENV))
+        );
         assert!(
-            AllocConfError::EnvNotUnicode
+            AllocConfError::EnvNotUnicode(ALLOC_CONF_ENV)
                 .to_string()
                 .contains("MEMREUSE_ALLOC_CONF is not valid Unicode"),
         );

@@ -333,8 +333,10 @@ fn generate_file(args: &GenerateArgs) -> ExitCode {
         eprintln!("generate: cannot create {}: {e}", parent.display());
         return ExitCode::FAILURE;
     }
-    match std::fs::write(&args.output, schedule.to_json_string() + "\n") {
-        Ok(()) => ExitCode::SUCCESS,
+    // Core's one output writer: `-o /dev/stdout` works, a symbolic link is refused.
+    let text = schedule.to_json_string() + "\n";
+    match memreuse_core::output::write_file(&args.output, text.as_bytes()) {
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("generate: cannot write {}: {e}", args.output.display());
             ExitCode::FAILURE

@@ -9,12 +9,26 @@ use std::process::ExitCode;
 /// status.
 pub(crate) struct Stdout {
     failed: Option<std::io::Error>,
+    /// Writes go to standard error instead (standard output carries a report file).
+    to_stderr: bool,
 }
 
 impl Stdout {
     /// Standard output, nothing written yet.
     pub(crate) fn new() -> Self {
-        Self { failed: None }
+        Self {
+            failed: None,
+            to_stderr: false,
+        }
+    }
+
+    /// Standard error, for a command whose standard output carries a file (`run --json -`),
+    /// with the same behaviour on a reader going away.
+    pub(crate) fn stderr() -> Self {
+        Self {
+            failed: None,
+            to_stderr: true,
+        }
     }
 
     /// Writes one line; after a failed write, nothing more is written.
@@ -25,8 +39,14 @@ impl Stdout {
     /// Writes `text` as it is; after a failed write, nothing more is written.
     pub(crate) fn text(&mut self, text: &str) {
         if self.failed.is_none() {
-            let mut lock = std::io::stdout().lock();
-            if let Err(e) = lock.write_all(text.as_bytes()).and_then(|()| lock.flush()) {
+            let written = if self.to_stderr {
+                let mut lock = std::io::stderr().lock();
+                lock.write_all(text.as_bytes()).and_then(|()| lock.flush())
+            } else {
+                let mut lock = std::io::stdout().lock();
+                lock.write_all(text.as_bytes()).and_then(|()| lock.flush())
+            };
+            if let Err(e) = written {
                 self.failed = Some(e);
             }
         }

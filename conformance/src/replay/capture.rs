@@ -191,8 +191,15 @@ impl Capture {
             let result = create(dir).and_then(|()| t.write(&path).map_err(|e| e.to_string()));
             put("timeline", dir, name, result);
             let name = format!("{stem}.metrics.txt");
-            let result =
-                std::fs::write(dir.join(&name), render_metrics(metrics)).map_err(|e| e.to_string());
+            // Core's one writer, confined to the directory: a planted symbolic link is
+            // refused, never followed to overwrite its target.
+            let result = memreuse_core::output::write_output(
+                &dir.join(&name),
+                render_metrics(metrics).as_bytes(),
+                &memreuse_core::output::OutputRules::new().within(dir),
+            )
+            .map(|_| ())
+            .map_err(|e| e.to_string());
             put("metrics", dir, name, result);
         }
         (written, errors)

@@ -20,6 +20,11 @@ pub struct Report {
     /// FAIL.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required_missing: Vec<String>,
+    /// The allocator settings the runs used and where they came from, as the pages'
+    /// `allocator:` line (optional field added by memreuse), e.g.
+    /// `expandable_segments:True from MEMREUSE_ALLOC_CONF`, per backend when they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator: Option<String>,
 }
 
 impl Report {
@@ -30,6 +35,7 @@ impl Report {
             tool_version: env!("CARGO_PKG_VERSION").to_owned(),
             runs: Vec::new(),
             required_missing: Vec::new(),
+            allocator: None,
         }
     }
 
@@ -162,7 +168,8 @@ pub struct RunRecord {
     /// Negative-control runs of a schedule that declares its expectation (optional field
     /// added by memreuse): `caught` (a reuse race expected and found), `missed` (expected,
     /// not found), `unexpected` (a race found where none is declared), `clean` (none
-    /// declared, none found). `caught` and `clean` match the declaration.
+    /// declared, none found), `error` (the run could not complete, whatever it found).
+    /// `caught` and `clean` match the declaration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub negative_control_verdict: Option<Verdict>,
     /// Command-line options the backend cannot honour and ignored for this run, by flag
@@ -217,6 +224,9 @@ pub enum Verdict {
     Unexpected,
     /// None declared, none found.
     Clean,
+    /// The run could not complete (its `status` is `error`), so whatever it found before
+    /// stopping says nothing about the declaration: never a match.
+    Error,
 }
 
 impl Verdict {
@@ -232,6 +242,20 @@ impl Verdict {
         })
     }
 
+    /// Judges a negative-control run that ended with `status`: [`Verdict::Error`] for a
+    /// run that errored (its partial race counts are not a verdict), else
+    /// [`Verdict::judge`].
+    pub fn of_run(
+        expects_reuse_race: bool,
+        status: RunStatus,
+        races: Option<RaceCounts>,
+    ) -> Option<Verdict> {
+        if status == RunStatus::Error {
+            return Some(Verdict::Error);
+        }
+        Verdict::judge(expects_reuse_race, races)
+    }
+
     /// True when the run is what the schedule declares.
     pub fn matches(self) -> bool {
         matches!(self, Verdict::Caught | Verdict::Clean)
@@ -244,6 +268,7 @@ impl Verdict {
             Verdict::Missed => "missed",
             Verdict::Unexpected => "unexpected",
             Verdict::Clean => "clean",
+            Verdict::Error => "error",
         }
     }
 }

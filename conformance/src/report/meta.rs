@@ -13,14 +13,16 @@ pub struct RunMeta {
     pub commit: String,
     /// Host name (`/etc/hostname` or `$HOSTNAME`), or `unknown`.
     pub host: String,
-    /// The allocator settings (`PYTORCH_CUDA_ALLOC_CONF`, `MULTI_STREAM_MEMORY_REUSE`) as
-    /// set in the environment, or `defaults`.
+    /// The allocator settings the runs used and where they came from (the runner's
+    /// `allocator_line`: `expandable_segments:True from MEMREUSE_ALLOC_CONF`, per backend
+    /// when they differ); [`RunMeta::capture`] starts it at `defaults`.
     pub allocator: String,
 }
 
 impl RunMeta {
     /// Captures the environment of this process; `seed` is the runner's description of
-    /// `--seed`/`--deterministic`.
+    /// `--seed`/`--deterministic`. The allocator line is `defaults` until the caller sets
+    /// what its runs used.
     pub fn capture(seed: String) -> RunMeta {
         let command = std::env::args().collect::<Vec<_>>().join(" ");
         let commit = std::env::var("GITHUB_SHA")
@@ -43,10 +45,6 @@ impl RunMeta {
             .filter(|s| !s.is_empty())
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_else(|| "unknown".to_owned());
-        let allocator: Vec<String> = ["PYTORCH_CUDA_ALLOC_CONF", "MULTI_STREAM_MEMORY_REUSE"]
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| format!("{k}={v}")))
-            .collect();
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -56,11 +54,9 @@ impl RunMeta {
             date: utc_date(secs),
             commit,
             host,
-            allocator: if allocator.is_empty() {
-                "defaults".to_owned()
-            } else {
-                allocator.join(" ")
-            },
+            // The environment alone cannot say what the runs used (`--alloc-conf` wins,
+            // and each backend reads its own variables): the runner fills this in.
+            allocator: "defaults".to_owned(),
         }
     }
 

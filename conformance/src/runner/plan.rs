@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::confs::{ConfSet, allocator_line, conf_sets};
 use super::options::RunOptions;
-use crate::alloc_conf::AllocConf;
 use crate::race_check::RaceCheck;
 use crate::replay::ModeChoice;
 use crate::suite::{SuiteEntry, suite};
@@ -30,9 +30,15 @@ pub struct Plan {
     pub race_check: RaceCheck,
     /// `--require-backend` names (each also in `backends`).
     pub required: Vec<String>,
-    /// Allocator configurations, one set of runs each (`--alloc-conf`, else
-    /// `MEMREUSE_ALLOC_CONF`; `None`: the default configuration).
-    pub alloc_confs: Vec<Option<AllocConf>>,
+    /// Allocator configurations, one set of runs each (`--alloc-conf`, else per backend
+    /// the first set variable of its precedence: `MEMREUSE_ALLOC_CONF`, `PYTORCH_ALLOC_CONF`,
+    /// then `PYTORCH_CUDA_ALLOC_CONF` / `PYTORCH_NPU_ALLOC_CONF`).
+    pub alloc_confs: Vec<ConfSet>,
+    /// The report's `allocator:` line: the settings the runs use and where they came from.
+    pub allocator: String,
+    /// Warnings to print before running: a configuration variable that overrides another
+    /// set to a different value.
+    pub warnings: Vec<String>,
 }
 
 impl Plan {
@@ -43,8 +49,8 @@ impl Plan {
     }
 }
 
-/// Resolves `--backend`, `--mode`, `--schedule`, `--suite` and `--alloc-conf` (or
-/// `MEMREUSE_ALLOC_CONF` when no `--alloc-conf` is given).
+/// Resolves `--backend`, `--mode`, `--schedule`, `--suite` and `--alloc-conf` (or each
+/// backend's configuration variables when no `--alloc-conf` is given).
 pub fn plan(options: &RunOptions) -> Result<Plan, UsageError> {
     let backends = backends(options)?;
     let race_check = match options.race_check.as_str() {
@@ -71,8 +77,10 @@ pub fn plan(options: &RunOptions) -> Result<Plan, UsageError> {
             )));
         }
     }
-    let alloc_confs = crate::alloc_conf::resolve_from_env(&options.alloc_confs)
-        .map_err(|e| UsageError(e.to_string()))?;
+    let (alloc_confs, warnings) = conf_sets(&options.alloc_confs, &backends, |name| {
+        std::env::var_os(name)
+    })
+    .map_err(|e| UsageError(e.to_string()))?;
     Ok(Plan {
         entries,
         builtin,
@@ -80,7 +88,9 @@ pub fn plan(options: &RunOptions) -> Result<Plan, UsageError> {
         modes,
         race_check,
         required: options.require_backends.clone(),
+        allocator: allocator_line(&alloc_confs),
         alloc_confs,
+        warnings,
     })
 }
 

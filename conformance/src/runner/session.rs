@@ -1,11 +1,12 @@
 //! One `run` in progress: each run replayed, judged and recorded in turn, the report
-//! rewritten after each, and at the end the tables, verdicts and exit status.
+//! rewritten after the first and then at most every few seconds, and at the end the
+//! tables, verdicts, the final report and the exit status.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::options::RunOptions;
-use super::outputs::{Outputs, RunFiles, artifact_links, write_reports};
+use super::outputs::{Outputs, Rewrites, RunFiles, artifact_links};
 use super::plan::Plan;
 use super::progress::Progress;
 use super::summary::{check_required, print_totals, print_verdicts};
@@ -21,9 +22,6 @@ use crate::suite::SuiteEntry;
 /// How long a communication op waits for a missing peer in every run.
 const PEER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The page (charts) is rewritten at most this often while runs go on; always at the end.
-const HTML_EVERY: Duration = Duration::from_secs(2);
-
 /// Everything one `run` gathers as its runs finish.
 pub(super) struct Session<'a> {
     options: &'a RunOptions,
@@ -32,7 +30,7 @@ pub(super) struct Session<'a> {
     outputs: Outputs,
     meta: RunMeta,
     started: Instant,
-    last_html: Option<Instant>,
+    rewrites: Rewrites,
     report: Report,
     series: Vec<MemorySeries>,
     files: Vec<RunFiles>,
@@ -74,25 +72,27 @@ impl RunKey<'_> {
 }
 
 impl<'a> Session<'a> {
-    /// Starts the clock and the progress display for `plan`'s runs.
-    pub(super) fn start(options: &'a RunOptions, plan: &'a Plan) -> Self {
+    /// Starts the clock and the progress display for `plan`'s runs, writing to `outputs`.
+    pub(super) fn start(options: &'a RunOptions, plan: &'a Plan, outputs: Outputs) -> Self {
         let mut report = Report::new();
         // A required backend that is not compiled in or has no device fails the run
         // before any of its runs: the partial report never says PASS meanwhile.
         report.required_missing = check_required(&plan.required, &[]).missing;
-        let meta = RunMeta::capture(if options.deterministic {
+        let mut meta = RunMeta::capture(if options.deterministic {
             format!("deterministic, seed {}", options.seed.unwrap_or(0))
         } else {
             "free-running threads (no --deterministic)".to_owned()
         });
+        meta.allocator.clone_from(&plan.allocator);
+        report.allocator = Some(plan.allocator.clone());
         Session {
             options,
             plan,
             progress: Progress::start(options.quiet, plan.total_runs()),
-            outputs: Outputs::of(options),
+            outputs,
             meta,
             started: Instant::now(),
-            last_html: None,
+            rewrites: Rewrites::default(),
             report,
             series: Vec::new(),
             files: Vec::new(),
@@ -149,7 +149,8 @@ impl<'a> Session<'a> {
             let expects = key.entry.negative_control_finds_reuse_race;
             record.negative_control_expects_reuse_race = Some(expects);
             if record.status != RunStatus::Skipped {
-                record.negative_control_verdict = Verdict::judge(expects, record.races);
+                record.negative_control_verdict =
+                    Verdict::of_run(expects, record.status, record.races);
             }
         }
         self.progress.finished(
@@ -172,22 +173,19 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Rewrites the report after a run, so a run killed at a time limit keeps what
-    /// finished; the page at most every [`HTML_EVERY`].
+    /// Rewrites the report after a run when due (after the first run, then at most every
+    /// `REWRITE_EVERY`), so a run killed at a time limit keeps what had finished by the
+    /// last rewrite, and thousands of short runs do not spend their time rewriting it.
     fn write_partial(&mut self) {
-        let html_due = self.last_html.is_none_or(|t| t.elapsed() >= HTML_EVERY);
+        if !self.rewrites.due(Instant::now()) {
+            return;
+        }
         let links = artifact_links(self.outputs.link_base(), self.files.clone());
-        if let Err(e) = write_reports(
-            &self.outputs,
-            &self.meta,
-            &self.report,
-            &self.series,
-            &links,
-            html_due,
-        ) {
+        if let Err(e) =
+            self.outputs
+                .write_reports(&self.meta, &self.report, &self.series, &links, false)
+        {
             eprintln!("memreuse-conformance: could not write the report: {e}");
-        } else if html_due {
-            self.last_html = Some(Instant::now());
         }
     }
 
@@ -196,7 +194,12 @@ impl<'a> Session<'a> {
     pub(super) fn finish(self) -> ExitCode {
         self.progress.finish();
         // Survives a closed stdout (`run ... | head`): see `Stdout`.
-        let mut out = Stdout::new();
+        // With the JSON report on standard output, the table goes to standard error.
+        let mut out = if self.outputs.json_on_stdout() {
+            Stdout::stderr()
+        } else {
+            Stdout::new()
+        };
         out.text(&render_table(&self.report));
         print_totals(&mut out, &self.report, self.started.elapsed().as_secs_f64());
         print_verdicts(&mut out, &self.report);
@@ -221,14 +224,10 @@ impl<'a> Session<'a> {
                 }
             }
         }
-        if let Err(e) = write_reports(
-            &self.outputs,
-            &self.meta,
-            &report,
-            &self.series,
-            &links,
-            true,
-        ) {
+        if let Err(e) = self
+            .outputs
+            .write_reports(&self.meta, &report, &self.series, &links, true)
+        {
             eprintln!("memreuse-conformance: could not write the report: {e}");
             out.line(&format!("FAIL: could not write the report: {e}"));
             return out.status(ExitCode::from(1));

@@ -11,7 +11,7 @@ mod topology;
 
 pub use declared::DeclaredOom;
 pub use op::{AsyncWork, BatchMember, Op, OpKind, ReduceOp};
-pub use parse::{ParseError, ParseErrorKind};
+pub use parse::{MAX_SCHEDULE_FILE_BYTES, ParseError, ParseErrorKind};
 pub use topology::{Located, Topology};
 
 use std::collections::BTreeMap;
@@ -209,16 +209,16 @@ impl Schedule {
         parse::parse(file, text)
     }
 
-    /// Reads and parses a schedule file.
+    /// Reads (at most [`MAX_SCHEDULE_FILE_BYTES`]) and parses a schedule file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, ParseError> {
         let file = path.display().to_string();
-        match std::fs::read_to_string(path) {
+        match parse::read_bounded(path) {
             Ok(text) => parse::parse(&file, &text),
-            Err(e) => Err(ParseError {
+            Err(kind) => Err(ParseError {
                 file,
                 phase: None,
                 op_index: None,
-                kind: ParseErrorKind::Io(e.to_string()),
+                kind,
             }),
         }
     }

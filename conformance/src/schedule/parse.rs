@@ -11,12 +11,47 @@ use serde_json::Value;
 use super::echo::clip;
 use super::{FORMAT, MAX_NAME_BYTES, MAX_SCHEDULE_NAME_BYTES, Op, OpKind, Phase, Schedule};
 
+/// Largest schedule file read (64 MiB): a schedule at the size limits of the validator
+/// is far smaller, and the parsed document takes several times its size in memory, so a
+/// larger input (`/dev/zero`, a log given by mistake) is refused at this cap instead of
+/// filling the machine.
+pub const MAX_SCHEDULE_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads the text of a schedule file, at most [`MAX_SCHEDULE_FILE_BYTES`]: a file (or an
+/// endless stream) that holds more is refused once the cap is passed, without reading
+/// the rest.
+pub(super) fn read_bounded(path: &std::path::Path) -> Result<String, ParseErrorKind> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| ParseErrorKind::Io(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SCHEDULE_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ParseErrorKind::Io(e.to_string()))?;
+    if bytes.len() as u64 > MAX_SCHEDULE_FILE_BYTES {
+        return Err(ParseErrorKind::FileTooLarge {
+            limit: MAX_SCHEDULE_FILE_BYTES,
+        });
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| ParseErrorKind::Io("stream did not contain valid UTF-8".to_owned()))
+}
+
 /// Why a schedule could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParseErrorKind {
     /// The file could not be read.
     #[error("cannot read file: {0}")]
     Io(String),
+    /// The file holds more than [`MAX_SCHEDULE_FILE_BYTES`] (read up to the cap, then
+    /// refused).
+    #[error(
+        "the file holds more than {limit} bytes (64 MiB), the limit of a schedule file; \
+         schedules at the validator's largest sizes are far smaller"
+    )]
+    FileTooLarge {
+        /// The limit, [`MAX_SCHEDULE_FILE_BYTES`].
+        limit: u64,
+    },
     /// The text is not JSON.
     #[error("not JSON: {0}")]
     NotJson(String),

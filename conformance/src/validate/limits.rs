@@ -35,6 +35,23 @@ pub const HOST_BYTES_PER_STREAM_THREAD: u64 = 384 << 10;
 /// Host bytes a process group's watchdog thread reserves (a 128 KiB stack plus the same
 /// margin).
 pub const HOST_BYTES_PER_WATCHDOG_THREAD: u64 = 256 << 10;
+/// Host bytes per (rank, peer) pair: what every rank keeps per member of its groups
+/// (sequence numbers, rendezvous slots), measured at 117-245 bytes on world sizes of
+/// 128-1,024 and rounded up; a world of 1,024 ranks costs 256 MiB.
+pub const HOST_BYTES_PER_RANK_PAIR: u64 = 256;
+
+/// The device bytes a rank's allocator reserves beyond its live tensors that the estimate
+/// counts, which the mock backs with host memory: the small-pool segment (2 MiB, partly
+/// used) of a rank that allocates a tensor of at most 1 MiB. Before this was counted,
+/// 1,024 ranks of 4 KiB each were estimated at their 4 MiB of tensors and took 2 GiB of
+/// segments (the validator accepted schedules that aborted under a 4 GiB address-space
+/// limit). The large pool's slack (a 20 MiB segment for a tensor of 1-10 MiB, 2 MiB
+/// rounding above) is left to the 1 GiB margin: counted, it would refuse the `rfc`
+/// suite's `fsdp-large-rfc` (4 ranks, 92 MiB of tensors each), which measures 2.0 GiB
+/// resident, at the budget itself.
+fn segment_slack_bytes(small: bool) -> u64 {
+    u64::from(small) * memreuse_core::allocator::SMALL_BUFFER
+}
 
 /// What running a schedule costs, as estimated before anything runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +75,11 @@ pub struct Cost {
     pub threads: u64,
     /// What those threads reserve (see `HOST_BYTES_PER_*_THREAD`).
     pub thread_bytes: u64,
+    /// Sum over ranks of the small-pool segments reserved beyond the live tensors (see
+    /// `segment_slack_bytes`): host memory on the mock.
+    pub segment_slack_bytes: u64,
+    /// What the ranks keep per peer: `world_size`² x `HOST_BYTES_PER_RANK_PAIR`.
+    pub rank_pair_bytes: u64,
 }
 
 impl Cost {
@@ -68,6 +90,8 @@ impl Cost {
             .saturating_add(self.reference_bytes.saturating_mul(TENSOR_COPIES))
             .saturating_add(self.checked_bytes.saturating_mul(CHECK_COPIES))
             .saturating_add(self.thread_bytes)
+            .saturating_add(self.segment_slack_bytes)
+            .saturating_add(self.rank_pair_bytes)
     }
 }
 
@@ -85,6 +109,9 @@ pub fn cost(s: &Schedule) -> Cost {
     let ranks = s.world_size.min(MAX_WORLD_SIZE);
     let mut total = Cost {
         steps: expanded_steps(s),
+        rank_pair_bytes: (ranks as u64)
+            .saturating_mul(ranks as u64)
+            .saturating_mul(HOST_BYTES_PER_RANK_PAIR),
         ..Cost::default()
     };
     let later_iterations = u64::from(s.iterations.saturating_sub(1));
@@ -97,6 +124,7 @@ pub fn cost(s: &Schedule) -> Cost {
             element_ops: 0,
             checked_bytes: 0,
             delay_us: 0,
+            small_pool: false,
         };
         walk.segment(s, Phase::Setup, 1);
         if s.iterations >= 1 {
@@ -111,6 +139,9 @@ pub fn cost(s: &Schedule) -> Cost {
         total.reference_bytes = total.reference_bytes.saturating_add(walk.peak);
         total.checked_bytes = total.checked_bytes.saturating_add(walk.checked_bytes);
         total.delay_us = total.delay_us.max(walk.delay_us);
+        total.segment_slack_bytes = total
+            .segment_slack_bytes
+            .saturating_add(segment_slack_bytes(walk.small_pool));
         let lists = s
             .groups
             .values()
@@ -137,6 +168,9 @@ struct RankWalk<'a> {
     element_ops: u64,
     checked_bytes: u64,
     delay_us: u64,
+    /// Whether the rank allocates a tensor of at most 1 MiB: its allocator then reserves a
+    /// small-pool segment (see `segment_slack_bytes`).
+    small_pool: bool,
 }
 
 impl<'a> RankWalk<'a> {
@@ -148,6 +182,7 @@ impl<'a> RankWalk<'a> {
             let touched = match &op.kind {
                 OpKind::Alloc { t, elems, .. } => {
                     let bytes = elems.saturating_mul(4);
+                    self.small_pool |= bytes <= memreuse_core::allocator::SMALL_SIZE;
                     if let Some(old) = self.sizes.insert(t.as_str(), *elems) {
                         self.now = self.now.saturating_sub(old.saturating_mul(4));
                     }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use memreuse_core::{AllocatorConfig, BackendError};
+use memreuse_core::BackendError;
 use memreuse_cuda::CudaDevice;
 use memreuse_cuda::bench::raw::RawDriverPeer;
 use memreuse_cuda::bench::run::{
@@ -137,7 +137,7 @@ enum RunError {
         workload: String,
         source: Box<BenchError>,
     },
-    #[error("MEMREUSE_ALLOC_CONF: {0}")]
+    #[error("allocator configuration: {0}")]
     Config(#[from] memreuse_core::ConfigError),
 }
 
@@ -275,7 +275,7 @@ fn run(args: &Args) -> Result<(), RunError> {
         Err(e) => eprintln!("device {}: name unknown ({e:?})", args.device),
     }
 
-    let config = AllocatorConfig::from_env()?;
+    let config = memreuse_cuda::bench::config::allocator_config()?;
     {
         let mut peer = MemreusePeer::new(device.clone(), config);
         run_peer(
