@@ -47,9 +47,11 @@ mod events;
 mod expandable;
 mod expandable_segment;
 mod fragmentation;
+mod hooks;
 mod index;
 mod oom;
 mod pending;
+mod pool;
 mod reclaim;
 mod sizes;
 mod snapshot;
@@ -75,6 +77,10 @@ pub use oom::{
     PendingHold, ShelfHold,
 };
 pub use pending::EraseOutcome;
+pub use pool::{
+    MemPool, MemPoolId, MemPoolOptions, MemPoolStats, PoolError, PoolScope, SEGMENT_ALIGNMENT,
+    SegmentSource, SourceMemory,
+};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,

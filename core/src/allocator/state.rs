@@ -21,10 +21,12 @@ use crate::backend::Backend;
 use crate::error::BackendError;
 use crate::ids::{AllocationId, StreamId, WorkId};
 
+use super::alloc_error::AllocError;
 use super::config::AllocatorConfig;
 use super::expandable_segment::ExpandableSegment;
 use super::index::{BlockIndex, BlockRef, HandOut, SlotState};
 use super::pending::{Change, EraseOutcome, Freed, PendingFrees};
+use super::pool::{DEFAULT_LANE, PoolTable};
 use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
 use super::stream_use::UseOwner;
@@ -48,6 +50,9 @@ pub(crate) struct Request<'a, B: Backend> {
     pub pool: PoolKind,
     /// Segment size to ask the device for when nothing cached fits.
     pub alloc_size: u64,
+    /// Memory-pool lane the request is served from (`DEFAULT_LANE` unless a pool scope or
+    /// an explicit pool routes it; `pool/`).
+    pub lane: u32,
 }
 
 /// High bits of an [`AllocationId`]: the allocator's serial.
@@ -98,6 +103,8 @@ pub(crate) struct State<B: Backend> {
     /// Expandable segments by base address (`expandable.rs`; empty unless
     /// `expandable_segments:True`).
     pub expandable: BTreeMap<u64, ExpandableSegment<B::Stream>>,
+    /// Memory pools and their routing scopes (`pool/`).
+    pub pools: PoolTable,
 }
 
 /// One warning per quarantined block: the failure was already returned by the operation
@@ -149,13 +156,16 @@ impl<B: Backend> State<B> {
             allocator_serial: new_allocator_serial(),
             hand_outs: 0,
             expandable: BTreeMap::new(),
+            pools: PoolTable::default(),
         }
     }
 
     /// Serves `req` from the cache (best fit), if a cached block fits.
     #[inline]
     pub fn serve(&mut self, req: &Request<'_, B>) -> Option<HandOut> {
-        let slot = self.index.best_fit(req.stream_id, req.pool, req.size)?;
+        let slot = self
+            .index
+            .best_fit_in(req.stream_id, req.lane, req.pool, req.size)?;
         Some(self.hand_out(slot, req))
     }
 
@@ -318,37 +328,41 @@ impl<B: Backend> State<B> {
         }))
     }
 
-    /// A new segment from the device for `req`, as a free block. `Ok(None)` when the device
-    /// (or the per-process limit) says out of memory.
+    /// A new segment for `req`, as a free block: from the device, or from the source of
+    /// the request's memory pool. `Ok(None)` when the device (or the per-process limit, or
+    /// the pool's source) says out of memory. A pool never gets an expandable segment
+    /// (PyTorch's private pools do not support them).
     pub fn alloc_segment(
         &mut self,
         su: &Setup<B>,
         req: &Request<'_, B>,
         is_retry: bool,
-    ) -> Result<Option<u32>, BackendError> {
+    ) -> Result<Option<u32>, AllocError> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
-        if su.config.expandable_segments {
-            return self.alloc_expandable(su, req);
+        if su.config.expandable_segments && req.lane == DEFAULT_LANE {
+            return Ok(self.alloc_expandable(su, req)?);
         }
         let size = req.alloc_size;
         if self.over_limit(su, size)? {
             return Ok(None);
         }
-        let ptr = match su.backend.malloc(size) {
-            Ok(p) => p.addr(),
-            Err(e) if e.is_out_of_memory() => return Ok(None),
-            Err(e) => return Err(e),
+        let Some(ptr) = self.raw_segment(su, req, size)? else {
+            return Ok(None);
         };
         self.segment_streams.insert(ptr, req.stream.clone());
         self.counts.num_device_alloc += 1;
+        if req.lane != DEFAULT_LANE {
+            self.count_pool_segment(req.lane, size, true);
+        }
         self.trace
             .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
-        Ok(Some(self.index.add_segment(
+        Ok(Some(self.index.add_segment_in(
             ptr,
             size,
             req.stream_id,
+            req.lane,
             req.pool,
         )))
     }
@@ -362,10 +376,17 @@ impl<B: Backend> State<B> {
         if let Some(stream) = self.segment_streams.get(&base) {
             su.backend.synchronize_stream(stream)?;
         }
-        su.backend.free(crate::ids::DevicePtr(base))?;
+        let (lane, size) = {
+            let b = self.index.block(slot);
+            (b.lane, b.size)
+        };
+        self.free_raw(su, lane, base, size)?;
         let seg = self.index.remove_segment(slot);
         self.segment_streams.remove(&base);
         self.counts.num_device_free += 1;
+        if lane != DEFAULT_LANE {
+            self.count_pool_segment(lane, size, false);
+        }
         self.trace
             .push(TraceAction::SegmentFree, base, seg.size, seg.stream, None);
         Ok(())

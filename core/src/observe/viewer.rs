@@ -113,7 +113,8 @@ pub struct ViewerSegment {
     pub stream: i64,
     /// `small` or `large`.
     pub segment_type: &'static str,
-    /// PyTorch's memory-pool id; `(0, 0)` is the default pool.
+    /// PyTorch's memory-pool id; `(0, 0)` is the default pool, `(0, uid)` a
+    /// [`crate::allocator::MemPool`].
     pub segment_pool_id: (i64, i64),
     /// Always false (memreuse maps no expandable segments).
     pub is_expandable: bool,
@@ -326,7 +327,10 @@ fn convert_segment(seg: &crate::allocator::SegmentInfo) -> Result<ViewerSegment,
         requested_size: i64_of("requested_size", seg.requested_size)?,
         stream: i64_of("stream", seg.stream.0)?,
         segment_type: seg.segment_type.as_str(),
-        segment_pool_id: (0, 0),
+        segment_pool_id: (
+            i64_of("segment_pool_id", seg.segment_pool_id.0)?,
+            i64_of("segment_pool_id", seg.segment_pool_id.1)?,
+        ),
         is_expandable: seg.is_expandable,
         frames: Vec::new(),
         blocks,
@@ -350,6 +354,7 @@ mod tests {
             stream: StreamId(3),
             segment_type: SegmentType::Small,
             is_expandable: false,
+            segment_pool_id: crate::allocator::MemPoolId::DEFAULT,
             blocks: blocks
                 .into_iter()
                 .map(|(address, size)| BlockInfo {

@@ -69,6 +69,8 @@ pub(crate) struct Block {
     pub ptr: u64,
     pub size: u64,
     pub stream: StreamId,
+    /// Memory-pool lane (0: the default pool); a block never changes lane.
+    pub lane: u32,
     pub pool: PoolKind,
     pub state: SlotState,
     pub prev: Option<u32>,

@@ -66,10 +66,11 @@ impl BlockIndex {
     pub(super) fn expandable_best_fit(
         &self,
         stream: StreamId,
+        lane: u32,
         pool: PoolKind,
         size: u64,
     ) -> Option<FreeKey> {
-        let mut walk = self.free_set(stream, pool)?.at_least(size);
+        let mut walk = self.free_set(stream, lane, pool)?.at_least(size);
         let mut best = walk.next()?;
         let mut best_grows = self.expandable_size(best.slot);
         for next in walk {
@@ -96,6 +97,7 @@ impl BlockIndex {
             ptr: base,
             size,
             stream,
+            lane: 0,
             pool,
             state: SlotState::Unmapped,
             prev: None,
@@ -108,6 +110,7 @@ impl BlockIndex {
                 size,
                 stream,
                 pool,
+                lane: 0,
                 head: slot,
             },
         );

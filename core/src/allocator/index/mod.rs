@@ -35,6 +35,8 @@ mod expandable;
 mod expandable_fit_tests;
 mod figures;
 mod free_set;
+mod handles;
+mod lanes;
 #[cfg(test)]
 mod tests;
 mod victims;
@@ -61,6 +63,8 @@ pub(crate) struct Segment {
     pub size: u64,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// Memory-pool lane (0: the default pool; `lanes.rs`).
+    pub lane: u32,
     /// Slot of the lowest block. Merges keep the lower block's slot, so it never changes.
     pub head: u32,
 }
@@ -73,9 +77,10 @@ pub(crate) struct HandOut {
     pub size: u64,
 }
 
-/// The free sets of one stream.
+/// The free sets of one stream in one memory-pool lane.
 struct StreamFree {
     stream: StreamId,
+    lane: u32,
     pools: [FreeSet; 2],
 }
 
@@ -94,6 +99,8 @@ pub(crate) struct BlockIndex {
     clock: u64,
     /// Expandable segments (`expandable.rs`): split rule and `inactive_split` as PyTorch's.
     expandable: bool,
+    /// Flags of each memory-pool lane by lane number (`lanes.rs`; empty: default only).
+    lanes: Vec<lanes::LaneFlags>,
 }
 
 impl BlockIndex {
@@ -107,6 +114,7 @@ impl BlockIndex {
             max_split_size,
             clock: 0,
             expandable: false,
+            lanes: Vec::new(),
         }
     }
 
@@ -151,16 +159,17 @@ impl BlockIndex {
     }
 
     #[inline]
-    fn free_set(&self, stream: StreamId, pool: PoolKind) -> Option<&FreeSet> {
+    fn free_set(&self, stream: StreamId, lane: u32, pool: PoolKind) -> Option<&FreeSet> {
         // Most calls are for the stream of the previous mutable call.
         if let Some(f) = self.free.get(self.last_stream)
             && f.stream == stream
+            && f.lane == lane
         {
             return Some(&f.pools[pool as usize]);
         }
         self.free
             .iter()
-            .find(|f| f.stream == stream)
+            .find(|f| f.stream == stream && f.lane == lane)
             .map(|f| &f.pools[pool as usize])
     }
 
@@ -168,19 +177,24 @@ impl BlockIndex {
     // call (callgrind, `bench/README.md`: -55 Ir per cached 4 KiB pair with the three forced).
     #[expect(clippy::inline_always, reason = "measured on the hot path")]
     #[inline(always)]
-    fn free_set_mut(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeSet {
+    fn free_set_mut(&mut self, stream: StreamId, lane: u32, pool: PoolKind) -> &mut FreeSet {
         if self
             .free
             .get(self.last_stream)
-            .is_some_and(|f| f.stream == stream)
+            .is_some_and(|f| f.stream == stream && f.lane == lane)
         {
             return &mut self.free[self.last_stream].pools[pool as usize];
         }
-        let i = if let Some(i) = self.free.iter().position(|f| f.stream == stream) {
+        let i = if let Some(i) = self
+            .free
+            .iter()
+            .position(|f| f.stream == stream && f.lane == lane)
+        {
             i
         } else {
             self.free.push(StreamFree {
                 stream,
+                lane,
                 pools: [FreeSet::new(), FreeSet::new()],
             });
             self.free.len() - 1
@@ -201,13 +215,13 @@ impl BlockIndex {
     /// Puts the free block in `slot` into its free set (cached free bytes follow).
     fn insert_free(&mut self, slot: u32) {
         let key = self.key(slot);
-        let (stream, pool) = {
+        let (stream, lane, pool) = {
             let b = self.slab.get_mut(slot);
             b.state = SlotState::Free { since: self.clock };
-            (b.stream, b.pool)
+            (b.stream, b.lane, b.pool)
         };
         self.figures.cached_free_bytes += key.size;
-        self.free_set_mut(stream, pool).insert(key);
+        self.free_set_mut(stream, lane, pool).insert(key);
     }
 
     /// Takes the free block in `slot` out of its free set.
@@ -215,9 +229,9 @@ impl BlockIndex {
         let key = self.key(slot);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (stream, pool) = (b.stream, b.pool);
+        let (stream, lane, pool) = (b.stream, b.lane, b.pool);
         self.figures.cached_free_bytes -= key.size;
-        let found = self.free_set_mut(stream, pool).remove(key);
+        let found = self.free_set_mut(stream, lane, pool).remove(key);
         debug_assert!(found, "free block missing from its free set");
     }
 
@@ -232,13 +246,22 @@ impl BlockIndex {
             .apply(pool, after.1 - before.1);
     }
 
-    /// A new segment of `size` bytes at `ptr` for `stream`'s `pool`, as one free block.
-    pub fn add_segment(&mut self, ptr: u64, size: u64, stream: StreamId, pool: PoolKind) -> u32 {
+    /// A new segment of `size` bytes at `ptr` for `stream`'s `pool` in memory-pool `lane`,
+    /// as one free block.
+    pub fn add_segment_in(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+    ) -> u32 {
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr,
             size,
             stream,
+            lane,
             pool,
             state: SlotState::Free { since: self.clock },
             prev: None,
@@ -251,6 +274,7 @@ impl BlockIndex {
                 size,
                 stream,
                 pool,
+                lane,
                 head: slot,
             },
         );
@@ -289,21 +313,27 @@ impl BlockIndex {
         seg
     }
 
-    /// The smallest free block of `stream`'s `pool` with at least `size` bytes (lowest
-    /// address among equals), without the oversize rules.
+    /// The smallest free block of `stream`'s `pool` in `lane` with at least `size` bytes
+    /// (lowest address among equals), without the oversize rules.
     #[inline]
-    pub fn lower_bound(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<FreeKey> {
-        self.free_set(stream, pool)?.lower_bound(size)
+    pub fn lower_bound_in(
+        &self,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+        size: u64,
+    ) -> Option<FreeKey> {
+        self.free_set(stream, lane, pool)?.lower_bound(size)
     }
 
-    /// Best fit for a rounded request of `size` bytes on `stream`'s `pool`, with the
-    /// oversize rules.
+    /// Best fit for a rounded request of `size` bytes on `stream`'s `pool` in memory-pool
+    /// `lane`, with the oversize rules.
     #[inline]
-    pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
+    pub fn best_fit_in(&self, stream: StreamId, lane: u32, pool: PoolKind, size: u64) -> Option<u32> {
         let key = if self.expandable {
-            self.expandable_best_fit(stream, pool, size)?
+            self.expandable_best_fit(stream, lane, pool, size)?
         } else {
-            self.lower_bound(stream, pool, size)?
+            self.lower_bound_in(stream, lane, pool, size)?
         };
         let max_split = self.max_split_size;
         // An oversize block is not handed to a request that could be split for.
@@ -329,10 +359,12 @@ impl BlockIndex {
         let (max_split, clock) = (self.max_split_size, self.clock);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (bsize, ptr, stream, pool, next, segment) =
-            (b.size, b.ptr, b.stream, b.pool, b.next, b.segment);
+        let (bsize, ptr, stream, lane, pool, next, segment) =
+            (b.size, b.ptr, b.stream, b.lane, b.pool, b.next, b.segment);
         let whole = b.is_whole_segment();
-        let split = if self.expandable {
+        let split = if lane != 0 && self.no_split(lane) {
+            false
+        } else if self.expandable {
             expandable::should_split(bsize, size)
         } else {
             should_split(pool, bsize, size, max_split)
@@ -344,6 +376,7 @@ impl BlockIndex {
                 ptr: ptr + size,
                 size: rest,
                 stream,
+                lane,
                 pool,
                 state: SlotState::Free { since: clock },
                 prev: Some(slot),
@@ -378,8 +411,8 @@ impl BlockIndex {
         let bytes = out.size;
         // The free bytes lose the hand-out; the remainder stays free.
         self.figures.cached_free_bytes -= bytes;
-        // One free set serves the block and its remainder (same stream and pool).
-        let set = self.free_set_mut(stream, pool);
+        // One free set serves the block and its remainder (same stream, lane and pool).
+        let set = self.free_set_mut(stream, lane, pool);
         let found = set.remove(FreeKey {
             size: bsize,
             addr: ptr,
@@ -410,73 +443,6 @@ impl BlockIndex {
         out
     }
 
-    /// One more storage handle of the allocated block `r`; false when `r` is not current
-    /// or not allocated.
-    pub fn add_handle(&mut self, r: BlockRef) -> bool {
-        match self.slab.resolve_mut(r) {
-            Some(Block {
-                state: SlotState::Allocated { handles, .. },
-                ..
-            }) => {
-                *handles += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Storage handles of the allocated block `r` (0 when not current or not allocated).
-    pub fn handles(&self, r: BlockRef) -> u32 {
-        match self.slab.resolve(r) {
-            Some(Block {
-                state: SlotState::Allocated { handles, .. },
-                ..
-            }) => *handles,
-            _ => 0,
-        }
-    }
-
-    /// Drops one storage handle of `r`; at the last one the user has freed the block: it
-    /// becomes pending-free (the caller decides when it becomes free) and its slot is
-    /// returned. `None` while handles remain or when `r` is not current.
-    #[inline]
-    pub fn drop_handle(&mut self, r: BlockRef) -> Option<u32> {
-        let max_split = self.max_split_size;
-        let b = self.slab.resolve_mut(r)?;
-        let SlotState::Allocated { requested, handles } = &mut b.state else {
-            return None;
-        };
-        if *handles > 1 {
-            *handles -= 1;
-            return None;
-        }
-        b.state = SlotState::PendingFree {
-            requested: *requested,
-        };
-        let (pool, size) = (b.pool, b.size);
-        let f = &mut self.figures;
-        f.allocation.decrease(pool, 1);
-        f.allocated_bytes.decrease(pool, size);
-        if size >= max_split {
-            f.oversize_allocations.decrease(PoolKind::Large, 1);
-        }
-        f.pending_free_bytes += size;
-        Some(r.id)
-    }
-
-    /// The pending-free block in `slot` cannot be proven unused: quarantine it.
-    pub fn quarantine(&mut self, slot: u32) {
-        let b = self.slab.get_mut(slot);
-        let SlotState::PendingFree { requested } = b.state else {
-            debug_assert!(false, "only a pending-free block is quarantined");
-            return;
-        };
-        b.state = SlotState::Quarantined { requested };
-        let size = b.size;
-        self.figures.pending_free_bytes -= size;
-        self.figures.quarantined_bytes += size;
-    }
-
     /// The pending-free or quarantined block in `slot` becomes free: merged with its free
     /// neighbours into its free set. Returns the slot of the merged block.
     ///
@@ -503,8 +469,8 @@ impl BlockIndex {
         // Free, in no set yet; its generation changes (handles to it are stale now).
         b.state = SlotState::Free { since: clock };
         b.generation += 1;
-        let (pool, size, prev, next, ptr, stream) =
-            (b.pool, b.size, b.prev, b.next, b.ptr, b.stream);
+        let (pool, size, prev, next, ptr, stream, lane) =
+            (b.pool, b.size, b.prev, b.next, b.ptr, b.stream, b.lane);
         let f = &mut self.figures;
         f.active.decrease(pool, 1);
         f.active_bytes.decrease(pool, size);
@@ -550,8 +516,8 @@ impl BlockIndex {
             // The lower neighbour's age restarts with the merge (as a newly freed block).
             self.slab.get_mut(merged.slot).state = SlotState::Free { since: clock };
         }
-        // Neighbours share the block's stream and pool: one free set for every change.
-        let set = self.free_set_mut(stream, pool);
+        // Neighbours share the block's stream, lane and pool: one free set for every change.
+        let set = self.free_set_mut(stream, lane, pool);
         if let Some(p) = pk {
             let found = set.remove(p);
             debug_assert!(found, "free neighbour missing from its free set");
