@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
+use memreuse::Backend;
 use memreuse::allocator::{AllocatorConfig, CachingAllocator};
 use memreuse::testing::ManualBackend;
-use memreuse::Backend;
 
 #[test]
 #[ignore = "a callgrind probe, run by hand (docs/memory-pools.md)"]

@@ -329,7 +329,13 @@ impl BlockIndex {
     /// Best fit for a rounded request of `size` bytes on `stream`'s `pool` in memory-pool
     /// `lane`, with the oversize rules.
     #[inline]
-    pub fn best_fit_in(&self, stream: StreamId, lane: u32, pool: PoolKind, size: u64) -> Option<u32> {
+    pub fn best_fit_in(
+        &self,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+        size: u64,
+    ) -> Option<u32> {
         let key = if self.expandable {
             self.expandable_best_fit(stream, lane, pool, size)?
         } else {

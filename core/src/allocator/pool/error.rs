@@ -34,7 +34,9 @@ pub enum PoolError {
     /// The pool's segment source failed with something other than out-of-memory (which
     /// the chain treats as the device running out, as PyTorch treats a null from a
     /// pluggable allocator).
-    #[error("memreuse allocator: segment source `{source_name}` of memory pool {id} failed: {error}")]
+    #[error(
+        "memreuse allocator: segment source `{source_name}` of memory pool {id} failed: {error}"
+    )]
     SourceFailed {
         /// The pool.
         id: MemPoolId,

@@ -29,5 +29,5 @@ pub use handle::{MemPool, PoolScope};
 pub use id::MemPoolId;
 pub use source::{SEGMENT_ALIGNMENT, SegmentSource, SourceMemory};
 pub use stats::MemPoolStats;
-pub(crate) use table::{DEFAULT_LANE, PoolTable};
 pub use table::MemPoolOptions;
+pub(crate) use table::{DEFAULT_LANE, PoolTable};
