@@ -15,6 +15,7 @@ use super::index::{BlockRef, HandOut};
 use super::oom::{OomHooks, culprits_now};
 use super::pending::EraseOutcome;
 use super::pool::DEFAULT_LANE;
+use super::segment_events::Subscribers;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
 use super::state::{Request, Setup, State};
@@ -66,6 +67,8 @@ pub struct CachingAllocator<B: Backend> {
     pub(super) use_ledger: Mutex<Option<UseLedger>>,
     /// Whether `use_ledger` is on (read without its lock on the hot path).
     pub(super) use_ledger_on: std::sync::atomic::AtomicBool,
+    /// Segment-event subscribers and their delivery (`segment_events.rs`).
+    pub(super) segment_subscribers: Subscribers,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
@@ -85,6 +88,7 @@ impl<B: Backend> Drop for CachingAllocator<B> {
         if let Err(e) = self.state.get_mut().release_cached(&self.setup) {
             tracing::warn!(%e, "memreuse allocator: could not release every segment on drop");
         }
+        self.deliver_segment_events();
     }
 }
 
@@ -138,6 +142,7 @@ impl<B: Backend> CachingAllocator<B> {
             oom: OomHooks::from_env(),
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
+            segment_subscribers: Subscribers::default(),
         })
     }
 
@@ -245,8 +250,25 @@ impl<B: Backend> CachingAllocator<B> {
         if pool.is_some() || st.pools.routing() {
             req.lane = st.pools.lane_for(pool, req.stream_id)?;
         }
-        let out = self.malloc_locked(&mut st, req)?;
-        Ok((out, st.next_allocation_id()))
+        let out = self
+            .malloc_locked(&mut st, req)
+            .map(|out| (out, st.next_allocation_id()));
+        let deliver = st.seg_events.pending();
+        drop(st);
+        if deliver {
+            self.deliver_segment_events();
+        }
+        out
+    }
+
+    /// Delivers the queued segment events to the subscribers, outside the lock
+    /// (`segment_events.rs`).
+    #[cold]
+    pub(super) fn deliver_segment_events(&self) {
+        self.segment_subscribers.deliver(
+            || self.state.lock().seg_events.take(),
+            || self.state.lock().seg_events.pending(),
+        );
     }
 
     fn malloc_locked(
@@ -508,8 +530,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// synchronized is quarantined (logged, not returned) and the rest still released. The
     /// error returned is a failure to release a segment to the device.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
-        self.state.lock().release_cached(&self.setup)?;
-        Ok(())
+        let released = self.state.lock().release_cached(&self.setup);
+        self.deliver_segment_events();
+        Ok(released?)
     }
 
     /// Synchronizes the streams that used each quarantined block and returns the blocks

@@ -50,6 +50,8 @@ use crate::virtual_memory::PhysicalHandle;
 use super::expandable_segment::ExpandableSegment;
 use super::index::{Growth, SlotState};
 use super::sizes::{PoolKind, SMALL_BUFFER};
+use super::pool::DEFAULT_LANE;
+use super::segment_events::SegmentEventKind;
 use super::state::{Request, Setup, State};
 use super::trace::TraceAction;
 
@@ -116,8 +118,13 @@ impl<B: Backend> State<B> {
                 }
             }
             self.counts.num_device_alloc += 1;
-            self.trace
-                .push(TraceAction::SegmentMap, t_ptr, bytes, req.stream_id, None);
+            self.note_segment(
+                Some(TraceAction::SegmentMap),
+                SegmentEventKind::Map,
+                (t_ptr, bytes),
+                req.stream_id,
+                DEFAULT_LANE,
+            );
             cand = self.index.map_front(target, bytes);
         }
     }
@@ -190,6 +197,13 @@ impl<B: Backend> State<B> {
             Err(e) if e.is_out_of_memory() => return Ok(None),
             Err(e) => return Err(e),
         };
+        self.note_segment(
+            Some(TraceAction::SegmentReserve),
+            SegmentEventKind::Reserve,
+            (base, size),
+            req.stream_id,
+            DEFAULT_LANE,
+        );
         let slot = self
             .index
             .add_expandable_segment(base, size, req.stream_id, req.pool);
@@ -277,8 +291,16 @@ impl<B: Backend> State<B> {
             return Ok(());
         }
         su.backend.vm_release(DevicePtr(base))?;
+        let (size, stream) = (b.size, b.stream);
         self.index.remove_expandable_segment(head);
         self.expandable.remove(&base);
+        self.note_segment(
+            None,
+            SegmentEventKind::Unreserve,
+            (base, size),
+            stream,
+            DEFAULT_LANE,
+        );
         Ok(())
     }
 
@@ -383,8 +405,13 @@ impl<B: Backend> State<B> {
         if done > 0 {
             self.index.unmap_range(slot, start, done);
             self.counts.num_device_free += 1;
-            self.trace
-                .push(TraceAction::SegmentUnmap, start, done, stream, None);
+            self.note_segment(
+                Some(TraceAction::SegmentUnmap),
+                SegmentEventKind::Unmap,
+                (start, done),
+                stream,
+                DEFAULT_LANE,
+            );
         }
         failure.map_or(Ok(done), Err)
     }

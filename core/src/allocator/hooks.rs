@@ -9,6 +9,7 @@ use crate::backend::Backend;
 use super::caching::{CachingAllocator, FreeMemoryCallback};
 use super::callbacks::CallbackId;
 use super::oom::{OomExplainer, OomObserver};
+use super::segment_events::{SegmentEventFailure, SegmentSubscriber};
 use super::use_ledger::UseLedger;
 
 impl<B: Backend> CachingAllocator<B> {
@@ -85,5 +86,30 @@ impl<B: Backend> CachingAllocator<B> {
     /// Unregisters an OOM observer.
     pub fn remove_oom_observer(&self, id: CallbackId) {
         self.oom.remove_observer(id);
+    }
+
+    /// Subscribes to segment events (docs/segment-events.md): from now on `subscriber` is
+    /// told, outside the allocator's lock and in order, of every segment obtained or given
+    /// back, every expandable range reserved or released and every page range mapped or
+    /// unmapped. Segments that exist already are in [`CachingAllocator::snapshot`].
+    pub fn subscribe_segment_events(&self, subscriber: Arc<SegmentSubscriber>) -> CallbackId {
+        let id = self.segment_subscribers.add(subscriber);
+        self.state.lock().seg_events.on = true;
+        id
+    }
+
+    /// Unsubscribes; once none is left, events are no longer queued.
+    pub fn unsubscribe_segment_events(&self, id: CallbackId) {
+        let mut st = self.state.lock();
+        if !self.segment_subscribers.remove(id) {
+            st.seg_events.on = false;
+        }
+    }
+
+    /// The subscriber failures (errors and panics) recorded since the last call, oldest
+    /// first, and how many there were in all (the list keeps at most
+    /// [`super::MAX_KEPT_FAILURES`]).
+    pub fn take_segment_event_failures(&self) -> (Vec<SegmentEventFailure>, u64) {
+        self.segment_subscribers.take_failures()
     }
 }

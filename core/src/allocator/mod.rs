@@ -53,6 +53,7 @@ mod oom;
 mod pending;
 mod pool;
 mod reclaim;
+mod segment_events;
 mod sizes;
 mod snapshot;
 mod state;
@@ -84,6 +85,10 @@ pub use pool::{
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
+};
+pub use segment_events::{
+    MAX_KEPT_FAILURES, SegmentEvent, SegmentEventFailure, SegmentEventKind, SegmentSubscriber,
+    SubscriberError,
 };
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot};
 pub use stats::{AllocatorStats, Stat, StatArray};

@@ -27,6 +27,7 @@ use super::expandable_segment::ExpandableSegment;
 use super::index::{BlockIndex, BlockRef, HandOut, SlotState};
 use super::pending::{Change, EraseOutcome, Freed, PendingFrees};
 use super::pool::{DEFAULT_LANE, PoolTable};
+use super::segment_events::{EventQueue, SegmentEventKind};
 use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
 use super::stream_use::UseOwner;
@@ -105,6 +106,8 @@ pub(crate) struct State<B: Backend> {
     pub expandable: BTreeMap<u64, ExpandableSegment<B::Stream>>,
     /// Memory pools and their routing scopes (`pool/`).
     pub pools: PoolTable,
+    /// Segment events waiting for delivery outside the lock (`segment_events.rs`).
+    pub seg_events: EventQueue,
 }
 
 /// One warning per quarantined block: the failure was already returned by the operation
@@ -157,6 +160,7 @@ impl<B: Backend> State<B> {
             hand_outs: 0,
             expandable: BTreeMap::new(),
             pools: PoolTable::default(),
+            seg_events: EventQueue::default(),
         }
     }
 
@@ -356,8 +360,13 @@ impl<B: Backend> State<B> {
         if req.lane != DEFAULT_LANE {
             self.count_pool_segment(req.lane, size, true);
         }
-        self.trace
-            .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
+        self.note_segment(
+            Some(TraceAction::SegmentAlloc),
+            SegmentEventKind::SegmentAlloc,
+            (ptr, size),
+            req.stream_id,
+            req.lane,
+        );
         Ok(Some(self.index.add_segment_in(
             ptr,
             size,
@@ -387,9 +396,33 @@ impl<B: Backend> State<B> {
         if lane != DEFAULT_LANE {
             self.count_pool_segment(lane, size, false);
         }
-        self.trace
-            .push(TraceAction::SegmentFree, base, seg.size, seg.stream, None);
+        self.note_segment(
+            Some(TraceAction::SegmentFree),
+            SegmentEventKind::SegmentFree,
+            (base, seg.size),
+            seg.stream,
+            lane,
+        );
         Ok(())
+    }
+
+    /// Records a segment-level change of `range` (address, bytes) on `stream` in `lane`:
+    /// its trace entry (if it has one) and, while anyone subscribes, its segment event.
+    pub fn note_segment(
+        &mut self,
+        action: Option<TraceAction>,
+        kind: SegmentEventKind,
+        range: (u64, u64),
+        stream: StreamId,
+        lane: u32,
+    ) {
+        if let Some(action) = action {
+            self.trace.push(action, range.0, range.1, stream, None);
+        }
+        if self.seg_events.on {
+            let pool = self.pools.id_of(lane);
+            self.seg_events.push(kind, pool, stream, range.0, range.1);
+        }
     }
 
     /// The statistics: the index's figures, the call counters and the fragmentation.

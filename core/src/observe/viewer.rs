@@ -199,7 +199,8 @@ impl ViewerSnapshot {
             out.device_traces = vec![Vec::new(); max + 1];
         }
         for (device, entries) in traces {
-            for e in entries {
+            // PyTorch's trace has no range reserve (its viewer knows only its own actions).
+            for e in entries.iter().filter(|e| e.action != TraceAction::SegmentReserve) {
                 out.device_traces[device].push(ViewerTraceEntry::from_entry(e)?);
             }
         }

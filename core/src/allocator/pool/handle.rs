@@ -128,8 +128,9 @@ impl<B: Backend> MemPool<B> {
     /// alone, as PyTorch's does.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
         let a = &self.allocator;
-        a.state.lock().empty_pool(&a.setup, self.lane)?;
-        Ok(())
+        let released = a.state.lock().empty_pool(&a.setup, self.lane);
+        a.deliver_segment_events();
+        Ok(released?)
     }
 
     /// The pool's statistics.
@@ -143,8 +144,9 @@ impl<B: Backend> MemPool<B> {
     pub fn close(mut self) -> Result<(), AllocError> {
         self.closed = true;
         let a = &self.allocator;
-        a.state.lock().release_pool(&a.setup, self.lane, "closed")?;
-        Ok(())
+        let released = a.state.lock().release_pool(&a.setup, self.lane, "closed");
+        a.deliver_segment_events();
+        Ok(released?)
     }
 }
 
@@ -162,6 +164,8 @@ impl<B: Backend> Drop for MemPool<B> {
             tracing::warn!(%e, pool = %self.id, "memreuse allocator: a dropped memory pool could not give back every segment");
             st.deferred = Some(e);
         }
+        drop(st);
+        a.deliver_segment_events();
     }
 }
 
