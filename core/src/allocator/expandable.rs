@@ -49,9 +49,9 @@ use crate::virtual_memory::PhysicalHandle;
 
 use super::expandable_segment::ExpandableSegment;
 use super::index::{Growth, SlotState};
-use super::sizes::{PoolKind, SMALL_BUFFER};
 use super::pool::DEFAULT_LANE;
 use super::segment_events::SegmentEventKind;
+use super::sizes::{PoolKind, SMALL_BUFFER};
 use super::state::{Request, Setup, State};
 use super::trace::TraceAction;
 

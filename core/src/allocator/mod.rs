@@ -82,13 +82,13 @@ pub use pool::{
     MemPool, MemPoolId, MemPoolOptions, MemPoolStats, PoolError, PoolScope, SEGMENT_ALIGNMENT,
     SegmentSource, SourceMemory,
 };
-pub use sizes::{
-    LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
-    ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
-};
 pub use segment_events::{
     MAX_KEPT_FAILURES, SegmentEvent, SegmentEventFailure, SegmentEventKind, SegmentSubscriber,
     SubscriberError,
+};
+pub use sizes::{
+    LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
+    ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,
 };
 pub use snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType, Snapshot};
 pub use stats::{AllocatorStats, Stat, StatArray};

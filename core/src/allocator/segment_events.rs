@@ -100,7 +100,14 @@ pub(crate) struct EventQueue {
 impl EventQueue {
     /// Queues an event if anyone listens.
     #[inline]
-    pub fn push(&mut self, kind: SegmentEventKind, pool: MemPoolId, stream: StreamId, addr: u64, size: u64) {
+    pub fn push(
+        &mut self,
+        kind: SegmentEventKind,
+        pool: MemPoolId,
+        stream: StreamId,
+        addr: u64,
+        size: u64,
+    ) {
         if self.on {
             self.events.push(SegmentEvent {
                 kind,
@@ -152,7 +159,11 @@ impl Subscribers {
 
     /// Delivers the queue, as the module docs say: `drain` takes the queued events and
     /// `pending` says whether any are queued (both under the allocator's lock).
-    pub fn deliver(&self, mut drain: impl FnMut() -> Vec<SegmentEvent>, pending: impl Fn() -> bool) {
+    pub fn deliver(
+        &self,
+        mut drain: impl FnMut() -> Vec<SegmentEvent>,
+        pending: impl Fn() -> bool,
+    ) {
         loop {
             let Some(role) = self.delivering.try_lock() else {
                 return; // the holder delivers our events before it lets go

@@ -200,7 +200,10 @@ impl ViewerSnapshot {
         }
         for (device, entries) in traces {
             // PyTorch's trace has no range reserve (its viewer knows only its own actions).
-            for e in entries.iter().filter(|e| e.action != TraceAction::SegmentReserve) {
+            for e in entries
+                .iter()
+                .filter(|e| e.action != TraceAction::SegmentReserve)
+            {
                 out.device_traces[device].push(ViewerTraceEntry::from_entry(e)?);
             }
         }
