@@ -268,6 +268,29 @@ fn the_viewer_shows_the_pool_id_of_each_segment() {
 }
 
 #[test]
+fn snapshots_record_the_device_total_for_readers_of_the_file() {
+    let dev = device(256 * MIB);
+    let alloc = allocator(&dev, "");
+    let _t = alloc.allocate(4096, &dev.default_stream()).unwrap();
+    let snap = alloc.snapshot();
+    assert_eq!(snap.device_total, Some(256 * MIB));
+    let viewer = ViewerSnapshot::from_snapshot(0, &snap).unwrap();
+    assert_eq!(viewer.device_total, Some((256 * MIB) as i64));
+    let json: String = viewer.to_json().unwrap().split_whitespace().collect();
+    assert!(
+        json.contains(&format!("\"device_total\":{}", 256 * MIB)),
+        "{json}"
+    );
+    // Two devices of different capacities: no single total to record.
+    let other = device(128 * MIB);
+    let alloc2 = allocator(&other, "");
+    let snap2 = alloc2.snapshot();
+    let both = ViewerSnapshot::from_devices(&[(0, &snap), (1, &snap2)]).unwrap();
+    assert_eq!(both.device_total, None);
+    assert!(!both.to_json().unwrap().contains("device_total"));
+}
+
+#[test]
 fn a_pool_under_expandable_segments_gets_ordinary_segments_as_in_pytorch() {
     let dev = device(1 << 30);
     let alloc = allocator(&dev, "expandable_segments:True");

@@ -123,6 +123,10 @@ pub struct Snapshot {
     pub segments: Vec<SegmentInfo>,
     /// Trace entries, oldest first.
     pub traces: Vec<TraceEntry>,
+    /// The device's capacity in bytes when the snapshot was taken (the backend's
+    /// `memory_info`; `None` when it could not say), so a reader of the file (whatif) knows
+    /// the device an out-of-memory snapshot ran out on.
+    pub device_total: Option<u64>,
 }
 
 impl<B: Backend> State<B> {
@@ -133,6 +137,7 @@ impl<B: Backend> State<B> {
         self.trace
             .push(TraceAction::Snapshot, 0, active, default_stream, None);
         let device = su.backend.device_index();
+        let device_total = su.backend.memory_info().ok().map(|m| m.total);
         let mut segments = Vec::with_capacity(self.index.segments().len());
         for (&address, seg) in self.index.segments() {
             let is_expandable = self.expandable.contains_key(&address);
@@ -190,6 +195,7 @@ impl<B: Backend> State<B> {
         Snapshot {
             segments,
             traces: self.trace.to_vec(),
+            device_total,
         }
     }
 }

@@ -171,6 +171,10 @@ pub struct ViewerSnapshot {
     pub segments: Vec<ViewerSegment>,
     /// One trace list per device index, oldest entry first.
     pub device_traces: Vec<Vec<ViewerTraceEntry>>,
+    /// The device's capacity, when every snapshot converted recorded the same one (whatif
+    /// reads it as the device the history ran on); absent otherwise. The viewer ignores it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_total: Option<i64>,
 }
 
 impl ViewerSnapshot {
@@ -206,6 +210,12 @@ impl ViewerSnapshot {
             {
                 out.device_traces[device].push(ViewerTraceEntry::from_entry(e)?);
             }
+        }
+        let mut totals = snapshots.iter().map(|(_, s)| s.device_total);
+        if let Some(Some(first)) = totals.next()
+            && totals.all(|t| t == Some(first))
+        {
+            out.device_total = Some(i64_of("device_total", first)?);
         }
         out.fill_empty_traces();
         Ok(out)
@@ -376,6 +386,7 @@ mod tests {
         let snap = Snapshot {
             segments: vec![segment(vec![(5120, 1024), (4096, 1024)])],
             traces: Vec::new(),
+            device_total: None,
         };
         let v = ViewerSnapshot::from_snapshot(1, &snap).unwrap();
         assert_eq!(v.segments[0].blocks[0].address, 4096);
@@ -385,6 +396,7 @@ mod tests {
         let gap = Snapshot {
             segments: vec![segment(vec![(4096, 1024), (5376, 768)])],
             traces: Vec::new(),
+            device_total: None,
         };
         assert!(matches!(
             ViewerSnapshot::from_snapshot(1, &gap),
@@ -399,6 +411,7 @@ mod tests {
         let snap = Snapshot {
             segments: vec![s],
             traces: Vec::new(),
+            device_total: None,
         };
         assert!(matches!(
             ViewerSnapshot::from_snapshot(1, &snap),
