@@ -69,7 +69,7 @@ impl Source {
 }
 
 impl SegmentSource for Source {
-    fn name(&self) -> &str {
+    fn name(&self) -> &'static str {
         "test-source"
     }
 
@@ -128,10 +128,7 @@ fn allocating_from_a_dropped_or_closed_pool_is_refused() {
     drop(pool);
     let err = alloc.allocate_in_pool(id, 4096, &s).expect_err("dropped");
     assert!(
-        matches!(
-            err,
-            AllocError::Pool(PoolError::Released { how: "dropped", .. })
-        ),
+        matches!(&err, AllocError::Pool(p) if matches!(**p, PoolError::Released { how: "dropped", .. })),
         "{err:?}"
     );
     assert!(err.to_string().contains("takes no allocations"), "{err}");
@@ -140,10 +137,7 @@ fn allocating_from_a_dropped_or_closed_pool_is_refused() {
     pool.close().unwrap();
     let err = alloc.allocate_in_pool(id, 4096, &s).expect_err("closed");
     assert!(
-        matches!(
-            err,
-            AllocError::Pool(PoolError::Released { how: "closed", .. })
-        ),
+        matches!(&err, AllocError::Pool(p) if matches!(**p, PoolError::Released { how: "closed", .. })),
         "{err:?}"
     );
     assert_eq!(alloc.pool_stats(id).unwrap().segments, 0);
@@ -158,15 +152,17 @@ fn a_source_that_fails_is_a_typed_error_and_one_out_of_memory_is_an_oom() {
     let src = Source::new(&dev, Mode::Fail);
     let pool = alloc.create_pool_with_source(MemPoolOptions::default(), Some(src.clone()));
     let err = pool.allocate(4096, &s).expect_err("the source fails");
-    match &err {
-        AllocError::Pool(PoolError::SourceFailed {
-            source_name, error, ..
-        }) => {
-            assert_eq!(source_name, "test-source");
-            assert!(error.to_string().contains("broken"), "{error}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let AllocError::Pool(p) = &err else {
+        panic!("{err:?}")
+    };
+    let PoolError::SourceFailed {
+        source_name, error, ..
+    } = &**p
+    else {
+        panic!("{p:?}")
+    };
+    assert_eq!(source_name, "test-source");
+    assert!(error.to_string().contains("broken"), "{error}");
     *src.mode.lock().unwrap() = Mode::OutOfMemory;
     let err = pool
         .allocate(4096, &s)
@@ -201,7 +197,10 @@ fn misaligned_or_short_memory_from_a_source_is_refused_and_handed_back() {
         let pool = alloc.create_pool_with_source(MemPoolOptions::default(), Some(src.clone()));
         let err = pool.allocate(4096, &s).expect_err("unusable memory");
         match &err {
-            AllocError::Pool(PoolError::BadMemory { reason, .. }) => {
+            AllocError::Pool(p) => {
+                let PoolError::BadMemory { reason, .. } = &**p else {
+                    panic!("{mode:?}: {p:?}")
+                };
                 assert!(reason.contains(what), "{mode:?}: {reason}");
             }
             other => panic!("{mode:?}: {other:?}"),

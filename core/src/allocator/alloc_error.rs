@@ -33,9 +33,15 @@ pub enum AllocError {
         device: usize,
     },
     /// A memory-pool request was refused (a released or unknown pool, a failing segment
-    /// source); the allocator is unchanged by it.
+    /// source); the allocator is unchanged by it. Boxed, as the out-of-memory report is.
     #[error(transparent)]
-    Pool(#[from] PoolError),
+    Pool(Box<PoolError>),
+}
+
+impl From<PoolError> for AllocError {
+    fn from(e: PoolError) -> Self {
+        AllocError::Pool(Box::new(e))
+    }
 }
 
 impl From<OutOfMemory> for AllocError {

@@ -42,8 +42,8 @@ pub enum PoolError {
         id: MemPoolId,
         /// The source's name.
         source_name: String,
-        /// What it returned.
-        error: BackendError,
+        /// What it returned (boxed: the error stays small on the allocation path).
+        error: Box<BackendError>,
     },
     /// The source returned memory that cannot back a segment (misaligned, or fewer bytes
     /// than asked for). The memory was handed back to the source.

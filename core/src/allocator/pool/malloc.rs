@@ -20,7 +20,7 @@ use super::super::state::{Request, Setup, State};
 use super::error::PoolError;
 use super::source::{SourceMemory, unusable};
 use super::stats::MemPoolStats;
-use super::table::{DEFAULT_LANE, Life};
+use super::table::{DEFAULT_LANE, Life, PoolCounts};
 
 impl<B: Backend> State<B> {
     /// `size` bytes of raw memory for a new segment of `req`'s lane: from the pool's
@@ -49,14 +49,15 @@ impl<B: Backend> State<B> {
                 return Err(PoolError::SourceFailed {
                     id,
                     source_name: source.name().to_owned(),
-                    error,
+                    error: Box::new(error),
                 }
                 .into());
             }
         };
         if let Some(mut reason) = unusable(memory, size) {
             if let Err(e) = source.free(memory) {
-                reason.push_str(&format!("; handing it back failed too: {e}"));
+                use std::fmt::Write as _;
+                let _ = write!(reason, "; handing it back failed too: {e}");
             }
             return Err(PoolError::BadMemory {
                 id,
@@ -174,7 +175,7 @@ impl<B: Backend> State<B> {
     pub(crate) fn pool_stats(&self, lane: u32) -> MemPoolStats {
         let f = self.index.lane_figures(lane);
         let (id, counts, live) = self.pools.entry(lane).map_or_else(
-            || (super::MemPoolId::DEFAULT, Default::default(), false),
+            || (super::MemPoolId::DEFAULT, PoolCounts::default(), false),
             |e| (e.id, e.counts, e.life == Life::Live),
         );
         MemPoolStats {
