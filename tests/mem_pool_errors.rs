@@ -238,3 +238,78 @@ fn a_scope_on_another_devices_stream_is_refused() {
     drop(t);
     assert_consistent(&alloc, dev0);
 }
+
+/// A source that, inside `alloc`, waits until the test says go (or gives up after a
+/// minute, failing the allocation, so a held lock fails the test instead of hanging it).
+struct Gate {
+    dev: MockDevice,
+    inside: std::sync::mpsc::SyncSender<()>,
+    go: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl SegmentSource for Gate {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<SourceMemory, BackendError> {
+        self.inside.send(()).expect("test alive");
+        self.go
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .map_err(|_| BackendError::invalid_argument("gate", "alloc", "never told to go"))?;
+        Ok(SourceMemory {
+            ptr: self.dev.malloc(bytes)?,
+            len: bytes,
+        })
+    }
+
+    fn free(&self, memory: SourceMemory) -> Result<(), BackendError> {
+        self.dev.free(memory.ptr)
+    }
+}
+
+#[test]
+fn release_lock_on_malloc_lets_other_threads_use_the_allocator_during_the_device_call() {
+    let dev = device(256 * MIB);
+    let alloc = allocator(&dev);
+    assert!(
+        !alloc.release_lock_on_malloc(),
+        "off by default, as in PyTorch"
+    );
+    alloc.set_release_lock_on_malloc(true);
+    let s = dev.default_stream();
+    drop(alloc.allocate(4096, &s).unwrap()); // a cached block for the other thread
+    let (inside_tx, inside_rx) = std::sync::mpsc::sync_channel(1);
+    let (go_tx, go_rx) = std::sync::mpsc::channel();
+    let gate = Arc::new(Gate {
+        dev: dev.clone(),
+        inside: inside_tx,
+        go: Mutex::new(go_rx),
+    });
+    let pool = Arc::new(alloc.create_pool_with_source(MemPoolOptions::default(), Some(gate)));
+    let p2 = Arc::clone(&pool);
+    let worker = std::thread::spawn(move || p2.allocate(8 * MIB, &s).map(|t| t.size()));
+    inside_rx
+        .recv()
+        .expect("the worker is inside the device call");
+    // With the lock held this would wait for the worker, which waits for us.
+    let cached = alloc
+        .allocate(4096, &s)
+        .expect("served while the device call runs");
+    let stats = alloc.stats();
+    assert_eq!(
+        stats.num_device_alloc, 1,
+        "the worker's segment is not in yet"
+    );
+    drop(cached);
+    go_tx.send(()).unwrap();
+    assert_eq!(
+        worker.join().unwrap().expect("the worker's allocation"),
+        8 * MIB
+    );
+    assert_eq!(pool.stats().segments, 1);
+    drop(pool);
+    assert_consistent(&alloc, &dev);
+}

@@ -69,6 +69,8 @@ pub struct CachingAllocator<B: Backend> {
     pub(super) use_ledger_on: std::sync::atomic::AtomicBool,
     /// Segment-event subscribers and their delivery (`segment_events.rs`).
     pub(super) segment_subscribers: Subscribers,
+    /// `release_lock_on_cudamalloc` (`unlocked_malloc.rs`).
+    pub(super) release_lock_on_malloc: std::sync::atomic::AtomicBool,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
@@ -143,6 +145,7 @@ impl<B: Backend> CachingAllocator<B> {
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
             segment_subscribers: Subscribers::default(),
+            release_lock_on_malloc: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -322,11 +325,11 @@ impl<B: Backend> CachingAllocator<B> {
             }
         }
         st.garbage_collect(su)?;
-        if let Some(slot) = st.alloc_segment(su, req, false)? {
+        if let Some(slot) = self.new_segment(st, req, false)? {
             return Ok(st.hand_out(slot, req));
         }
         if st.release_available_for(su, req)?
-            && let Some(slot) = st.alloc_segment(su, req, false)?
+            && let Some(slot) = self.new_segment(st, req, false)?
         {
             return Ok(st.hand_out(slot, req));
         }
@@ -336,7 +339,7 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(out) = st.serve(req) {
             return Ok(out);
         }
-        if let Some(slot) = st.alloc_segment(su, req, true)? {
+        if let Some(slot) = self.new_segment(st, req, true)? {
             return Ok(st.hand_out(slot, req));
         }
         // The end of PyTorch's chain: a `use_on_oom` pool's cached block.
@@ -380,7 +383,7 @@ impl<B: Backend> CachingAllocator<B> {
             if let Some(out) = st.serve(req) {
                 return Ok(Some(out));
             }
-            if let Some(slot) = st.alloc_segment(su, req, true)? {
+            if let Some(slot) = self.new_segment(st, req, true)? {
                 return Ok(Some(st.hand_out(slot, req)));
             }
         }

@@ -61,6 +61,7 @@ mod stats;
 mod storage;
 mod stream_use;
 mod trace;
+mod unlocked_malloc;
 mod use_ledger;
 
 pub use alloc_error::AllocError;

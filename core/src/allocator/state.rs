@@ -26,7 +26,7 @@ use super::config::AllocatorConfig;
 use super::expandable_segment::ExpandableSegment;
 use super::index::{BlockIndex, BlockRef, HandOut, SlotState};
 use super::pending::{Change, EraseOutcome, Freed, PendingFrees};
-use super::pool::{DEFAULT_LANE, PoolTable};
+use super::pool::{DEFAULT_LANE, PoolTable, obtain_raw};
 use super::segment_events::{EventQueue, SegmentEventKind};
 use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
@@ -352,9 +352,16 @@ impl<B: Backend> State<B> {
         if self.over_limit(su, size)? {
             return Ok(None);
         }
-        let Some(ptr) = self.raw_segment(su, req, size)? else {
+        let source = self.segment_source(req.lane);
+        let Some(ptr) = obtain_raw(&*su.backend, source.as_ref(), size)? else {
             return Ok(None);
         };
+        Ok(Some(self.install_segment(req, ptr, size)))
+    }
+
+    /// Adds the raw memory at `ptr` (`size` bytes, just obtained for `req`) as a new
+    /// segment of the request's lane, one free block; returns its slot.
+    pub fn install_segment(&mut self, req: &Request<'_, B>, ptr: u64, size: u64) -> u32 {
         self.segment_streams.insert(ptr, req.stream.clone());
         self.counts.num_device_alloc += 1;
         if req.lane != DEFAULT_LANE {
@@ -367,13 +374,8 @@ impl<B: Backend> State<B> {
             req.stream_id,
             req.lane,
         );
-        Ok(Some(self.index.add_segment_in(
-            ptr,
-            size,
-            req.stream_id,
-            req.lane,
-            req.pool,
-        )))
+        self.index
+            .add_segment_in(ptr, size, req.stream_id, req.lane, req.pool)
     }
 
     /// Returns the free whole-segment block in `slot` to the device. The segment's stream is
@@ -385,10 +387,12 @@ impl<B: Backend> State<B> {
         if let Some(stream) = self.segment_streams.get(&base) {
             su.backend.synchronize_stream(stream)?;
         }
-        let (lane, size) = {
-            let b = self.index.block(slot);
-            (b.lane, b.size)
-        };
+        let size = self.index.block(slot).size;
+        let lane = self
+            .index
+            .segments()
+            .get(&base)
+            .map_or(DEFAULT_LANE, |s| s.lane);
         self.free_raw(su, lane, base, size)?;
         let seg = self.index.remove_segment(slot);
         self.segment_streams.remove(&base);

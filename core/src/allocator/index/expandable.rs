@@ -92,12 +92,13 @@ impl BlockIndex {
         stream: StreamId,
         pool: PoolKind,
     ) -> u32 {
+        let set = self.set_for(stream, 0);
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr: base,
             size,
             stream,
-            lane: 0,
+            set,
             pool,
             state: SlotState::Unmapped,
             prev: None,

@@ -13,7 +13,6 @@ use super::super::sizes::PoolKind;
 #[cfg(test)]
 use super::FreeKey;
 use super::{BlockIndex, SlotState};
-#[cfg(test)]
 use crate::ids::StreamId;
 
 /// What the index knows of one lane.
@@ -48,6 +47,7 @@ impl BlockIndex {
             no_split,
             released: false,
         };
+        self.any_no_split |= no_split;
     }
 
     /// `lane`'s pool was released: from now on its free segments are releasable.
@@ -57,9 +57,27 @@ impl BlockIndex {
         }
     }
 
+    /// The index in `free` of the free sets of `stream` in `lane`, made on first use.
+    pub(super) fn set_for(&mut self, stream: StreamId, lane: u32) -> u32 {
+        if let Some(i) = self
+            .free
+            .iter()
+            .position(|f| f.stream == stream && f.lane == lane)
+        {
+            return i as u32;
+        }
+        let no_split = self.no_split(lane);
+        self.free.push(super::StreamFree {
+            stream,
+            lane,
+            no_split,
+            pools: [super::FreeSet::new(), super::FreeSet::new()],
+        });
+        (self.free.len() - 1) as u32
+    }
+
     /// True when `lane` never splits a block.
-    #[inline]
-    pub(super) fn no_split(&self, lane: u32) -> bool {
+    fn no_split(&self, lane: u32) -> bool {
         self.lanes.get(lane as usize).is_some_and(|f| f.no_split)
     }
 

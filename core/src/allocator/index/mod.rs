@@ -77,10 +77,13 @@ pub(crate) struct HandOut {
     pub size: u64,
 }
 
-/// The free sets of one stream in one memory-pool lane.
+/// The free sets of one stream in one memory-pool lane. Entries are never removed, so a
+/// block's `set` index stays valid.
 struct StreamFree {
     stream: StreamId,
     lane: u32,
+    /// The lane never splits a block (`lanes.rs`).
+    no_split: bool,
     pools: [FreeSet; 2],
 }
 
@@ -101,6 +104,8 @@ pub(crate) struct BlockIndex {
     expandable: bool,
     /// Flags of each memory-pool lane by lane number (`lanes.rs`; empty: default only).
     lanes: Vec<lanes::LaneFlags>,
+    /// True once any lane is `no_split` (the hand-out checks the flag only then).
+    any_no_split: bool,
 }
 
 impl BlockIndex {
@@ -115,6 +120,7 @@ impl BlockIndex {
             clock: 0,
             expandable: false,
             lanes: Vec::new(),
+            any_no_split: false,
         }
     }
 
@@ -173,34 +179,13 @@ impl BlockIndex {
             .map(|f| &f.pools[pool as usize])
     }
 
+    /// The free set of `pool` in the free sets at index `set` (a block's `set`).
     // Forced: on the cached hand-out/release path the plain hint left this an outlined
     // call (callgrind, `bench/README.md`: -55 Ir per cached 4 KiB pair with the three forced).
     #[expect(clippy::inline_always, reason = "measured on the hot path")]
     #[inline(always)]
-    fn free_set_mut(&mut self, stream: StreamId, lane: u32, pool: PoolKind) -> &mut FreeSet {
-        if self
-            .free
-            .get(self.last_stream)
-            .is_some_and(|f| f.stream == stream && f.lane == lane)
-        {
-            return &mut self.free[self.last_stream].pools[pool as usize];
-        }
-        let i = if let Some(i) = self
-            .free
-            .iter()
-            .position(|f| f.stream == stream && f.lane == lane)
-        {
-            i
-        } else {
-            self.free.push(StreamFree {
-                stream,
-                lane,
-                pools: [FreeSet::new(), FreeSet::new()],
-            });
-            self.free.len() - 1
-        };
-        self.last_stream = i;
-        &mut self.free[i].pools[pool as usize]
+    fn set_mut(&mut self, set: u32, pool: PoolKind) -> &mut FreeSet {
+        &mut self.free[set as usize].pools[pool as usize]
     }
 
     fn key(&self, slot: u32) -> FreeKey {
@@ -215,13 +200,13 @@ impl BlockIndex {
     /// Puts the free block in `slot` into its free set (cached free bytes follow).
     fn insert_free(&mut self, slot: u32) {
         let key = self.key(slot);
-        let (stream, lane, pool) = {
+        let (set, pool) = {
             let b = self.slab.get_mut(slot);
             b.state = SlotState::Free { since: self.clock };
-            (b.stream, b.lane, b.pool)
+            (b.set, b.pool)
         };
         self.figures.cached_free_bytes += key.size;
-        self.free_set_mut(stream, lane, pool).insert(key);
+        self.set_mut(set, pool).insert(key);
     }
 
     /// Takes the free block in `slot` out of its free set.
@@ -229,9 +214,9 @@ impl BlockIndex {
         let key = self.key(slot);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (stream, lane, pool) = (b.stream, b.lane, b.pool);
+        let (set, pool) = (b.set, b.pool);
         self.figures.cached_free_bytes -= key.size;
-        let found = self.free_set_mut(stream, lane, pool).remove(key);
+        let found = self.set_mut(set, pool).remove(key);
         debug_assert!(found, "free block missing from its free set");
     }
 
@@ -256,12 +241,13 @@ impl BlockIndex {
         lane: u32,
         pool: PoolKind,
     ) -> u32 {
+        let set = self.set_for(stream, lane);
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr,
             size,
             stream,
-            lane,
+            set,
             pool,
             state: SlotState::Free { since: self.clock },
             prev: None,
@@ -365,10 +351,10 @@ impl BlockIndex {
         let (max_split, clock) = (self.max_split_size, self.clock);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (bsize, ptr, stream, lane, pool, next, segment) =
-            (b.size, b.ptr, b.stream, b.lane, b.pool, b.next, b.segment);
+        let (bsize, ptr, stream, set, pool, next, segment) =
+            (b.size, b.ptr, b.stream, b.set, b.pool, b.next, b.segment);
         let whole = b.is_whole_segment();
-        let split = if lane != 0 && self.no_split(lane) {
+        let split = if self.any_no_split && self.free[set as usize].no_split {
             false
         } else if self.expandable {
             expandable::should_split(bsize, size)
@@ -382,7 +368,7 @@ impl BlockIndex {
                 ptr: ptr + size,
                 size: rest,
                 stream,
-                lane,
+                set,
                 pool,
                 state: SlotState::Free { since: clock },
                 prev: Some(slot),
@@ -417,8 +403,10 @@ impl BlockIndex {
         let bytes = out.size;
         // The free bytes lose the hand-out; the remainder stays free.
         self.figures.cached_free_bytes -= bytes;
+        // The next best fit is most likely on this block's stream and lane.
+        self.last_stream = set as usize;
         // One free set serves the block and its remainder (same stream, lane and pool).
-        let set = self.free_set_mut(stream, lane, pool);
+        let set = self.set_mut(set, pool);
         let found = set.remove(FreeKey {
             size: bsize,
             addr: ptr,
@@ -475,8 +463,7 @@ impl BlockIndex {
         // Free, in no set yet; its generation changes (handles to it are stale now).
         b.state = SlotState::Free { since: clock };
         b.generation += 1;
-        let (pool, size, prev, next, ptr, stream, lane) =
-            (b.pool, b.size, b.prev, b.next, b.ptr, b.stream, b.lane);
+        let (pool, size, prev, next, ptr, set) = (b.pool, b.size, b.prev, b.next, b.ptr, b.set);
         let f = &mut self.figures;
         f.active.decrease(pool, 1);
         f.active_bytes.decrease(pool, size);
@@ -523,7 +510,7 @@ impl BlockIndex {
             self.slab.get_mut(merged.slot).state = SlotState::Free { since: clock };
         }
         // Neighbours share the block's stream, lane and pool: one free set for every change.
-        let set = self.free_set_mut(stream, lane, pool);
+        let set = self.set_mut(set, pool);
         if let Some(p) = pk {
             let found = set.remove(p);
             debug_assert!(found, "free neighbour missing from its free set");

@@ -10,6 +10,8 @@
 //! never another live pool: PyTorch's `release_cached_blocks({0, 0})`), retry, out of
 //! memory.
 
+use std::sync::Arc;
+
 use crate::backend::Backend;
 use crate::error::BackendError;
 use crate::ids::DevicePtr;
@@ -18,55 +20,17 @@ use super::super::alloc_error::AllocError;
 use super::super::index::HandOut;
 use super::super::state::{Request, Setup, State};
 use super::error::PoolError;
-use super::source::{SourceMemory, unusable};
+use super::id::MemPoolId;
+use super::source::{SegmentSource, SourceMemory, unusable};
 use super::stats::MemPoolStats;
 use super::table::{DEFAULT_LANE, Life, PoolCounts};
 
 impl<B: Backend> State<B> {
-    /// `size` bytes of raw memory for a new segment of `req`'s lane: from the pool's
-    /// source if it has one, else the device. `Ok(None)` is out of memory.
-    pub(crate) fn raw_segment(
-        &mut self,
-        su: &Setup<B>,
-        req: &Request<'_, B>,
-        size: u64,
-    ) -> Result<Option<u64>, AllocError> {
-        let source = self
-            .pools
-            .entry(req.lane)
-            .and_then(|e| e.source.clone().map(|s| (e.id, s)));
-        let Some((id, source)) = source else {
-            return match su.backend.malloc(size) {
-                Ok(p) => Ok(Some(p.addr())),
-                Err(e) if e.is_out_of_memory() => Ok(None),
-                Err(e) => Err(e.into()),
-            };
-        };
-        let memory = match source.alloc(size) {
-            Ok(m) => m,
-            Err(e) if e.is_out_of_memory() => return Ok(None),
-            Err(error) => {
-                return Err(PoolError::SourceFailed {
-                    id,
-                    source_name: source.name().to_owned(),
-                    error: Box::new(error),
-                }
-                .into());
-            }
-        };
-        if let Some(mut reason) = unusable(memory, size) {
-            if let Err(e) = source.free(memory) {
-                use std::fmt::Write as _;
-                let _ = write!(reason, "; handing it back failed too: {e}");
-            }
-            return Err(PoolError::BadMemory {
-                id,
-                source_name: source.name().to_owned(),
-                reason,
-            }
-            .into());
-        }
-        Ok(Some(memory.ptr.addr()))
+    /// The segment source of `lane`'s pool, with the pool's id (`None`: the device).
+    pub(crate) fn segment_source(&self, lane: u32) -> Option<(MemPoolId, Arc<dyn SegmentSource>)> {
+        self.pools
+            .entry(lane)
+            .and_then(|e| e.source.clone().map(|s| (e.id, s)))
     }
 
     /// Gives the raw memory of the segment at `base` (`size` bytes, `lane`) back to where
@@ -175,7 +139,7 @@ impl<B: Backend> State<B> {
     pub(crate) fn pool_stats(&self, lane: u32) -> MemPoolStats {
         let f = self.index.lane_figures(lane);
         let (id, counts, live) = self.pools.entry(lane).map_or_else(
-            || (super::MemPoolId::DEFAULT, PoolCounts::default(), false),
+            || (MemPoolId::DEFAULT, PoolCounts::default(), false),
             |e| (e.id, e.counts, e.life == Life::Live),
         );
         MemPoolStats {
@@ -193,4 +157,47 @@ impl<B: Backend> State<B> {
             live,
         }
     }
+}
+
+/// `size` bytes of raw memory for a new segment: from `source` (a pool's, with its id) if
+/// given, else the device. `Ok(None)` is out of memory. Touches no allocator state, so the
+/// chain may call it without the lock (`release_lock_on_malloc`).
+pub(crate) fn obtain_raw<B: Backend>(
+    backend: &B,
+    source: Option<&(MemPoolId, Arc<dyn SegmentSource>)>,
+    size: u64,
+) -> Result<Option<u64>, AllocError> {
+    let Some((id, source)) = source else {
+        return match backend.malloc(size) {
+            Ok(p) => Ok(Some(p.addr())),
+            Err(e) if e.is_out_of_memory() => Ok(None),
+            Err(e) => Err(e.into()),
+        };
+    };
+    let id = *id;
+    let memory = match source.alloc(size) {
+        Ok(m) => m,
+        Err(e) if e.is_out_of_memory() => return Ok(None),
+        Err(error) => {
+            return Err(PoolError::SourceFailed {
+                id,
+                source_name: source.name().to_owned(),
+                error: Box::new(error),
+            }
+            .into());
+        }
+    };
+    if let Some(mut reason) = unusable(memory, size) {
+        if let Err(e) = source.free(memory) {
+            use std::fmt::Write as _;
+            let _ = write!(reason, "; handing it back failed too: {e}");
+        }
+        return Err(PoolError::BadMemory {
+            id,
+            source_name: source.name().to_owned(),
+            reason,
+        }
+        .into());
+    }
+    Ok(Some(memory.ptr.addr()))
 }

@@ -27,6 +27,7 @@ mod table;
 pub use error::PoolError;
 pub use handle::{MemPool, PoolScope};
 pub use id::MemPoolId;
+pub(crate) use malloc::obtain_raw;
 pub use source::{SEGMENT_ALIGNMENT, SegmentSource, SourceMemory};
 pub use stats::MemPoolStats;
 pub use table::MemPoolOptions;
