@@ -1,16 +1,17 @@
 //! Memory pools (docs/memory-pools.md) on the strict mock device: isolation, scopes,
 //! `use_on_oom`, `no_split`, release, per-pool statistics, the viewer's `segment_pool_id`,
-//! and PyTorch's rule for expandable segments inside a pool. Bad input is in
+//! and PyTorch's rules for expandable segments inside a pool. Bad input is in
 //! `mem_pool_errors.rs`.
 
 use std::sync::Arc;
 
-use memreuse::Backend;
 use memreuse::allocator::{
     AllocError, AllocatorConfig, CachingAllocator, MemPoolId, MemPoolOptions, PoolError,
+    SegmentSource, SourceMemory,
 };
 use memreuse::mock::{MockConfig, MockDevice};
 use memreuse::observe::ViewerSnapshot;
+use memreuse::{Backend, BackendError};
 
 const MIB: u64 = 1 << 20;
 
@@ -290,31 +291,65 @@ fn snapshots_record_the_device_total_for_readers_of_the_file() {
     assert!(!both.to_json().unwrap().contains("device_total"));
 }
 
+/// A source over the mock device, for pools whose segments do not come from the allocator.
+struct DeviceSource(MockDevice);
+
+impl SegmentSource for DeviceSource {
+    fn name(&self) -> &'static str {
+        "device"
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<SourceMemory, BackendError> {
+        Ok(SourceMemory {
+            ptr: self.0.malloc(bytes)?,
+            len: bytes,
+        })
+    }
+
+    fn free(&self, memory: SourceMemory) -> Result<(), BackendError> {
+        self.0.free(memory.ptr)
+    }
+}
+
 #[test]
-fn a_pool_under_expandable_segments_gets_ordinary_segments_as_in_pytorch() {
+fn under_expandable_segments_a_plain_pool_gets_its_own_and_a_sourced_pool_ordinary_ones() {
     let dev = device(1 << 30);
     let alloc = allocator(&dev, "expandable_segments:True");
     let s = dev.default_stream();
-    let pool = alloc.create_pool(MemPoolOptions::default());
+    let plain = alloc.create_pool(MemPoolOptions::default());
+    let src: Arc<dyn SegmentSource> = Arc::new(DeviceSource(dev.clone()));
+    let sourced = alloc.create_pool_with_source(MemPoolOptions::default(), Some(src));
     let o = alloc.allocate(4 * MIB, &s).unwrap();
-    let maps = alloc.stats().num_device_map;
-    let p = pool.allocate(4 * MIB, &s).unwrap();
-    assert_eq!(alloc.stats().num_device_map, maps, "the pool maps no pages");
+    let p = plain.allocate(4 * MIB, &s).unwrap();
+    let q = sourced.allocate(4 * MIB, &s).unwrap();
     let snap = alloc.snapshot();
-    let seg = snap
-        .segments
-        .iter()
-        .find(|seg| seg.segment_pool_id == pool.id())
-        .expect("the pool's segment");
-    assert!(!seg.is_expandable, "{seg:?}");
-    assert_eq!(seg.total_size, 20 * MIB, "an ordinary large segment");
+    let of = |id: MemPoolId| {
+        snap.segments
+            .iter()
+            .filter(|seg| seg.segment_pool_id == id)
+            .collect::<Vec<_>>()
+    };
+    let (d, pl, so) = (of(MemPoolId::DEFAULT), of(plain.id()), of(sourced.id()));
+    assert!(d.len() == 1 && d[0].is_expandable, "{d:?}");
     assert!(
-        snap.segments.iter().any(|seg| seg.is_expandable),
-        "the default pool's is"
+        pl.len() == 1 && pl[0].is_expandable,
+        "the plain pool's own: {pl:?}"
     );
-    drop((o, p));
-    pool.empty_cache().unwrap();
-    assert_eq!(pool.stats().segments, 0);
+    assert_ne!(pl[0].address, d[0].address);
+    assert!(so.len() == 1 && !so[0].is_expandable, "{so:?}");
+    assert_eq!(so[0].total_size, 20 * MIB, "an ordinary large segment");
+    // The sourced pool splits by the ordinary rule: the 16 MiB remainder is one block.
+    assert_eq!(so[0].blocks.len(), 2);
+    // The allocator's empty_cache unmaps the default pool's free pages, not the pools'.
+    drop((o, p, q));
+    alloc.empty_cache().unwrap();
+    assert_eq!(plain.stats().segments, 1, "a live pool's pages stay mapped");
+    assert_eq!(sourced.stats().segments, 1);
+    plain.empty_cache().unwrap();
+    sourced.empty_cache().unwrap();
+    assert_eq!((plain.stats().segments, sourced.stats().segments), (0, 0));
+    assert_eq!(alloc.stats().reserved_bytes.aggregate.current, 0);
+    assert_consistent(&alloc, &dev);
 }
 
 #[test]

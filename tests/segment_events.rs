@@ -290,7 +290,9 @@ fn events_from_several_threads_arrive_in_the_order_they_happened() {
         })
         .map(|t| (t.action == TraceAction::SegmentAlloc, t.addr, t.size))
         .collect();
-    assert_eq!(seen.len(), 200);
+    // A thread may reuse a block another cached before its empty_cache: fewer than 200
+    // segments are possible, so the trace is the reference.
+    assert!(!seen.is_empty());
     assert_eq!(seen, traced, "the subscriber saw the trace's order");
 }
 

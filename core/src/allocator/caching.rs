@@ -162,7 +162,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// Allocates at least `bytes` bytes for use on `stream` (0 bytes gives a 512-byte block).
     ///
     /// Chain: process completed events -> best fit -> free-memory callbacks, best fit ->
-    /// garbage collection -> new segment -> release cached oversize blocks, new segment ->
+    /// garbage collection -> new segment -> a cached block of a `use_on_oom` memory pool ->
+    /// release cached oversize blocks, new segment ->
     /// synchronize pending events and release all unsplit cached blocks, best fit, new
     /// segment -> memory-pressure callbacks, then the release and retry again while they
     /// free something -> out of memory (trace entry, `num_ooms`, observers, error).
@@ -328,6 +329,11 @@ impl<B: Backend> CachingAllocator<B> {
         if let Some(slot) = self.new_segment(st, req, false)? {
             return Ok(st.hand_out(slot, req));
         }
+        // PyTorch's `try_mempool_fallback`: a `use_on_oom` pool's cached block before the
+        // costly releases.
+        if let Some(out) = st.serve_on_oom(req) {
+            return Ok(out);
+        }
         if st.release_available_for(su, req)?
             && let Some(slot) = self.new_segment(st, req, false)?
         {
@@ -341,10 +347,6 @@ impl<B: Backend> CachingAllocator<B> {
         }
         if let Some(slot) = self.new_segment(st, req, true)? {
             return Ok(st.hand_out(slot, req));
-        }
-        // The end of PyTorch's chain: a `use_on_oom` pool's cached block.
-        if let Some(out) = st.serve_on_oom(req) {
-            return Ok(out);
         }
         if let Some(out) = self.relieve_pressure(st, su, req)? {
             return Ok(out);

@@ -123,7 +123,7 @@ impl<B: Backend> State<B> {
                 SegmentEventKind::Map,
                 (t_ptr, bytes),
                 req.stream_id,
-                DEFAULT_LANE,
+                req.lane,
             );
             cand = self.index.map_front(target, bytes);
         }
@@ -134,7 +134,9 @@ impl<B: Backend> State<B> {
     fn find_growth(&self, req: &Request<'_, B>) -> Option<(u64, u32)> {
         self.expandable
             .iter()
-            .filter(|(_, e)| e.stream_id == req.stream_id && e.pool == req.pool)
+            .filter(|(_, e)| {
+                e.stream_id == req.stream_id && e.pool == req.pool && e.lane == req.lane
+            })
             .find_map(|(&base, _)| {
                 let head = self.index.segments().get(&base)?.head;
                 Some((base, self.index.find_expandable(head, req.size)?))
@@ -154,8 +156,9 @@ impl<B: Backend> State<B> {
         su: &Setup<B>,
         req: &Request<'_, B>,
     ) -> Result<u64, BackendError> {
-        let same =
-            |e: &ExpandableSegment<B::Stream>| e.stream_id == req.stream_id && e.pool == req.pool;
+        let same = |e: &ExpandableSegment<B::Stream>| {
+            e.stream_id == req.stream_id && e.pool == req.pool && e.lane == req.lane
+        };
         let Some(page) = self.expandable.values().find(|e| same(e)).map(|e| e.page) else {
             return Ok(0);
         };
@@ -202,16 +205,17 @@ impl<B: Backend> State<B> {
             SegmentEventKind::Reserve,
             (base, size),
             req.stream_id,
-            DEFAULT_LANE,
+            req.lane,
         );
-        let slot = self
-            .index
-            .add_expandable_segment(base, size, req.stream_id, req.pool);
+        let slot =
+            self.index
+                .add_expandable_segment_in(base, size, req.stream_id, req.lane, req.pool);
         self.expandable.insert(
             base,
             ExpandableSegment {
                 stream_id: req.stream_id,
                 pool: req.pool,
+                lane: req.lane,
                 stream: req.stream.clone(),
                 page,
                 pages: BTreeMap::new(),
@@ -293,13 +297,16 @@ impl<B: Backend> State<B> {
         su.backend.vm_release(DevicePtr(base))?;
         let (size, stream) = (b.size, b.stream);
         self.index.remove_expandable_segment(head);
-        self.expandable.remove(&base);
+        let lane = self
+            .expandable
+            .remove(&base)
+            .map_or(DEFAULT_LANE, |e| e.lane);
         self.note_segment(
             None,
             SegmentEventKind::Unreserve,
             (base, size),
             stream,
-            DEFAULT_LANE,
+            lane,
         );
         Ok(())
     }
@@ -309,13 +316,38 @@ impl<B: Backend> State<B> {
     /// were unmapped (all of them when `None`); each segment's stream is synchronized
     /// before its first page is unmapped, and a segment left with nothing mapped is
     /// released. Returns the bytes unmapped.
+    ///
+    /// A live memory pool's segments are left alone (the allocator-wide release never
+    /// touches them; [`Self::unmap_lane_pages`] is the pool's own).
     pub fn unmap_free_pages(
         &mut self,
         su: &Setup<B>,
         pool: Option<PoolKind>,
         target: Option<u64>,
     ) -> Result<u64, BackendError> {
-        self.unmap_free_pages_of(su, |e| pool.is_none_or(|p| p == e.pool), target, false, &[])
+        let kept: Vec<u32> = self
+            .expandable
+            .values()
+            .map(|e| e.lane)
+            .filter(|&l| !self.index.releasable(l))
+            .collect();
+        self.unmap_free_pages_of(
+            su,
+            |e| pool.is_none_or(|p| p == e.pool) && !kept.contains(&e.lane),
+            target,
+            false,
+            &[],
+        )
+    }
+
+    /// Unmaps every whole free page of the expandable segments of memory-pool `lane` (the
+    /// pool's own `empty_cache`), releasing segments left with nothing mapped.
+    pub(crate) fn unmap_lane_pages(
+        &mut self,
+        su: &Setup<B>,
+        lane: u32,
+    ) -> Result<u64, BackendError> {
+        self.unmap_free_pages_of(su, |e| e.lane == lane, None, false, &[])
     }
 
     /// [`Self::unmap_free_pages`] over the segments `keep` selects, leaving the free blocks
@@ -372,9 +404,9 @@ impl<B: Backend> State<B> {
         start: u64,
         len: u64,
     ) -> Result<u64, BackendError> {
-        let (page, stream) = {
+        let (page, stream, lane) = {
             let e = &self.expandable[&base];
-            (e.page, e.stream_id)
+            (e.page, e.stream_id, e.lane)
         };
         let mut done = 0u64;
         let mut failure = None;
@@ -410,7 +442,7 @@ impl<B: Backend> State<B> {
                 SegmentEventKind::Unmap,
                 (start, done),
                 stream,
-                DEFAULT_LANE,
+                lane,
             );
         }
         failure.map_or(Ok(done), Err)

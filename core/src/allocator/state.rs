@@ -334,8 +334,9 @@ impl<B: Backend> State<B> {
 
     /// A new segment for `req`, as a free block: from the device, or from the source of
     /// the request's memory pool. `Ok(None)` when the device (or the per-process limit, or
-    /// the pool's source) says out of memory. A pool never gets an expandable segment
-    /// (PyTorch's private pools do not support them).
+    /// the pool's source) says out of memory. Under `expandable_segments:True` a pool
+    /// without a source gets expandable segments of its own, and a pool with one gets
+    /// ordinary segments (PyTorch's `is_expandable_segments_active`).
     pub fn alloc_segment(
         &mut self,
         su: &Setup<B>,
@@ -345,7 +346,7 @@ impl<B: Backend> State<B> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
-        if su.config.expandable_segments && req.lane == DEFAULT_LANE {
+        if su.config.expandable_segments && !self.pools.has_source(req.lane) {
             return Ok(self.alloc_expandable(su, req)?);
         }
         let size = req.alloc_size;

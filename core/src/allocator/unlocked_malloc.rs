@@ -19,7 +19,7 @@ use crate::backend::Backend;
 
 use super::alloc_error::AllocError;
 use super::caching::CachingAllocator;
-use super::pool::{DEFAULT_LANE, obtain_raw};
+use super::pool::obtain_raw;
 use super::state::{Request, State};
 
 impl<B: Backend> CachingAllocator<B> {
@@ -46,7 +46,7 @@ impl<B: Backend> CachingAllocator<B> {
     ) -> Result<Option<u32>, AllocError> {
         let su = &self.setup;
         if !self.release_lock_on_malloc()
-            || (su.config.expandable_segments && req.lane == DEFAULT_LANE)
+            || (su.config.expandable_segments && !st.pools.has_source(req.lane))
         {
             return st.alloc_segment(su, req, is_retry);
         }

@@ -85,14 +85,15 @@ impl BlockIndex {
 
     /// A new expandable segment: `size` reserved bytes at `base` for `stream`'s `pool`, one
     /// unmapped block (nothing reserved yet). Returns the block's slot.
-    pub fn add_expandable_segment(
+    pub fn add_expandable_segment_in(
         &mut self,
         base: u64,
         size: u64,
         stream: StreamId,
+        lane: u32,
         pool: PoolKind,
     ) -> u32 {
-        let set = self.set_for(stream, 0);
+        let set = self.set_for(stream, lane);
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr: base,
@@ -111,7 +112,7 @@ impl BlockIndex {
                 size,
                 stream,
                 pool,
-                lane: 0,
+                lane,
                 head: slot,
             },
         );

@@ -20,6 +20,8 @@ use crate::ids::StreamId;
 pub(crate) struct LaneFlags {
     /// Never split a block of this lane.
     pub no_split: bool,
+    /// The lane's segments are never expandable.
+    pub plain: bool,
     /// The pool was released: its free segments go back with the allocator-wide release.
     pub released: bool,
 }
@@ -37,14 +39,17 @@ pub(crate) struct LaneFigures {
 }
 
 impl BlockIndex {
-    /// Declares `lane` (a new memory pool) with its split rule.
-    pub fn add_lane(&mut self, lane: u32, no_split: bool) {
+    /// Declares `lane` (a new memory pool) with its split rule; `plain` when its segments
+    /// are never expandable (a pool with a segment source), so its blocks split and count
+    /// `inactive_split` by the ordinary rules even under `expandable_segments:True`.
+    pub fn add_lane(&mut self, lane: u32, no_split: bool, plain: bool) {
         let i = lane as usize;
         if self.lanes.len() <= i {
             self.lanes.resize(i + 1, LaneFlags::default());
         }
         self.lanes[i] = LaneFlags {
             no_split,
+            plain,
             released: false,
         };
         self.any_no_split |= no_split;
@@ -66,23 +71,19 @@ impl BlockIndex {
         {
             return i as u32;
         }
-        let no_split = self.no_split(lane);
+        let flags = self.lanes.get(lane as usize).copied().unwrap_or_default();
         self.free.push(super::StreamFree {
             stream,
             lane,
-            no_split,
+            no_split: flags.no_split,
+            plain: flags.plain,
             pools: [super::FreeSet::new(), super::FreeSet::new()],
         });
         (self.free.len() - 1) as u32
     }
 
-    /// True when `lane` never splits a block.
-    fn no_split(&self, lane: u32) -> bool {
-        self.lanes.get(lane as usize).is_some_and(|f| f.no_split)
-    }
-
     /// True when the allocator-wide release may return `lane`'s free segments.
-    pub(super) fn releasable(&self, lane: u32) -> bool {
+    pub(crate) fn releasable(&self, lane: u32) -> bool {
         lane == 0 || self.lanes.get(lane as usize).is_none_or(|f| f.released)
     }
 
@@ -90,6 +91,18 @@ impl BlockIndex {
     #[cfg(test)]
     pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
         self.best_fit_in(stream, 0, pool, size)
+    }
+
+    /// A new expandable segment in the default lane.
+    #[cfg(test)]
+    pub fn add_expandable_segment(
+        &mut self,
+        base: u64,
+        size: u64,
+        stream: StreamId,
+        pool: PoolKind,
+    ) -> u32 {
+        self.add_expandable_segment_in(base, size, stream, 0, pool)
     }
 
     /// A new segment in the default lane.

@@ -84,6 +84,8 @@ struct StreamFree {
     lane: u32,
     /// The lane never splits a block (`lanes.rs`).
     no_split: bool,
+    /// The lane's segments are never expandable (`lanes.rs`).
+    plain: bool,
     pools: [FreeSet; 2],
 }
 
@@ -221,8 +223,14 @@ impl BlockIndex {
     }
 
     #[inline]
-    fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
-        if self.expandable {
+    fn apply_split_change(
+        &mut self,
+        set: u32,
+        pool: PoolKind,
+        before: (i64, i64),
+        after: (i64, i64),
+    ) {
+        if self.expandable && !self.free[set as usize].plain {
             return; // PyTorch keeps expandable segments out of `inactive_split`
         }
         self.figures.inactive_split.apply(pool, after.0 - before.0);
@@ -356,7 +364,7 @@ impl BlockIndex {
         let whole = b.is_whole_segment();
         let split = if self.any_no_split && self.free[set as usize].no_split {
             false
-        } else if self.expandable {
+        } else if self.expandable && !self.free[set as usize].plain {
             expandable::should_split(bsize, size)
         } else {
             should_split(pool, bsize, size, max_split)
@@ -406,6 +414,7 @@ impl BlockIndex {
         // The next best fit is most likely on this block's stream and lane.
         self.last_stream = set as usize;
         // One free set serves the block and its remainder (same stream, lane and pool).
+        let set_index = set;
         let set = self.set_mut(set, pool);
         let found = set.remove(FreeKey {
             size: bsize,
@@ -424,7 +433,7 @@ impl BlockIndex {
         // remainder (free, with a lower neighbour) counts.
         let before = if whole { (0, 0) } else { (1, bsize as i64) };
         let after = if split { (1, rest as i64) } else { (0, 0) };
-        self.apply_split_change(pool, before, after);
+        self.apply_split_change(set_index, pool, before, after);
         let f = &mut self.figures;
         f.allocation.increase(pool, 1);
         f.allocated_bytes.increase(pool, bytes);
@@ -510,6 +519,7 @@ impl BlockIndex {
             self.slab.get_mut(merged.slot).state = SlotState::Free { since: clock };
         }
         // Neighbours share the block's stream, lane and pool: one free set for every change.
+        let set_index = set;
         let set = self.set_mut(set, pool);
         if let Some(p) = pk {
             let found = set.remove(p);
@@ -525,7 +535,7 @@ impl BlockIndex {
         } else {
             (1, merged.size as i64)
         };
-        self.apply_split_change(pool, before, after);
+        self.apply_split_change(set_index, pool, before, after);
         merged.slot
     }
 

@@ -59,8 +59,9 @@ impl<B: Backend> CachingAllocator<B> {
         let id = MemPoolId::fresh();
         let lane = {
             let mut st = self.state.lock();
+            let plain = source.is_some();
             let lane = st.pools.create(id, options, source);
-            st.index.add_lane(lane, options.no_split);
+            st.index.add_lane(lane, options.no_split, plain);
             lane
         };
         MemPool {

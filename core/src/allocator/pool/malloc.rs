@@ -77,7 +77,10 @@ impl<B: Backend> State<B> {
             return self.release_available(su, req);
         }
         let max_split = su.config.max_split_size;
-        if max_split == u64::MAX {
+        // Expandable segments have no oversize segments to release (as `release_available`).
+        if max_split == u64::MAX
+            || (su.config.expandable_segments && !self.pools.has_source(req.lane))
+        {
             return Ok(false);
         }
         let victims =
@@ -89,10 +92,10 @@ impl<B: Backend> State<B> {
         Ok(victims.enough)
     }
 
-    /// `use_on_oom`: an ordinary request about to run out of memory takes a cached block
-    /// of a live `use_on_oom` pool on its stream (best fit, pools in creation order), as
-    /// PyTorch's malloc does before its out-of-memory error. No new segment is made for
-    /// it in the pool.
+    /// `use_on_oom`: an ordinary request the cache and the device could not serve takes a
+    /// cached block of a live `use_on_oom` pool on its stream (best fit, pools in creation
+    /// order), as PyTorch's `try_mempool_fallback` does right after the first failed
+    /// device allocation, before the releases. No new segment is made for it in the pool.
     #[cold]
     pub(crate) fn serve_on_oom(&mut self, req: &Request<'_, B>) -> Option<HandOut> {
         if req.lane != DEFAULT_LANE {
@@ -114,6 +117,9 @@ impl<B: Backend> State<B> {
     /// the pool's), then returns every free whole segment of the pool.
     pub(crate) fn empty_pool(&mut self, su: &Setup<B>, lane: u32) -> Result<(), BackendError> {
         self.synchronize_and_free_events(su);
+        if su.config.expandable_segments {
+            self.unmap_lane_pages(su, lane)?;
+        }
         for slot in self.index.free_segments_in(lane) {
             self.release_segment(su, slot)?;
         }

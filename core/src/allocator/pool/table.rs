@@ -141,6 +141,13 @@ impl PoolTable {
         }
     }
 
+    /// True when `lane`'s pool has a segment source (its segments are then never
+    /// expandable).
+    #[inline]
+    pub fn has_source(&self, lane: u32) -> bool {
+        self.entry(lane).is_some_and(|e| e.source.is_some())
+    }
+
     /// The id of `lane` ([`MemPoolId::DEFAULT`] for the default lane).
     pub fn id_of(&self, lane: u32) -> MemPoolId {
         self.entry(lane).map_or(MemPoolId::DEFAULT, |e| e.id)
