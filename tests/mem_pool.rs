@@ -340,6 +340,10 @@ fn under_expandable_segments_a_plain_pool_gets_its_own_and_a_sourced_pool_ordina
     assert_eq!(so[0].total_size, 20 * MIB, "an ordinary large segment");
     // The sourced pool splits by the ordinary rule: the 16 MiB remainder is one block.
     assert_eq!(so[0].blocks.len(), 2);
+    // A pool's reserved bytes are its mapped pages, not its reserved addresses.
+    let ps = plain.stats();
+    assert_eq!((ps.reserved_bytes, ps.peak_reserved_bytes), (20 * MIB, 20 * MIB), "{ps:?}");
+    assert_eq!(ps.num_device_alloc, 1, "one map");
     // The allocator's empty_cache unmaps the default pool's free pages, not the pools'.
     drop((o, p, q));
     alloc.empty_cache().unwrap();

@@ -118,6 +118,9 @@ impl<B: Backend> State<B> {
                 }
             }
             self.counts.num_device_alloc += 1;
+            if req.lane != DEFAULT_LANE {
+                self.count_pool_segment(req.lane, bytes, true);
+            }
             self.note_segment(
                 Some(TraceAction::SegmentMap),
                 SegmentEventKind::Map,
@@ -437,6 +440,9 @@ impl<B: Backend> State<B> {
         if done > 0 {
             self.index.unmap_range(slot, start, done);
             self.counts.num_device_free += 1;
+            if lane != DEFAULT_LANE {
+                self.count_pool_segment(lane, done, false);
+            }
             self.note_segment(
                 Some(TraceAction::SegmentUnmap),
                 SegmentEventKind::Unmap,

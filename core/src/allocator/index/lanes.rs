@@ -135,8 +135,11 @@ impl BlockIndex {
         let mut f = LaneFigures::default();
         for seg in self.segments.values().filter(|s| s.lane == lane) {
             f.segments += 1;
-            f.reserved += seg.size;
             for b in self.segment_blocks(seg.head) {
+                // Reserved is mapped memory: an expandable segment's unmapped range is not.
+                if !matches!(b.state, SlotState::Unmapped | SlotState::Vacant) {
+                    f.reserved += b.size;
+                }
                 match b.state {
                     SlotState::Allocated { requested, .. } => {
                         f.allocated += b.size;
