@@ -319,9 +319,9 @@ fn under_expandable_segments_a_plain_pool_gets_its_own_and_a_sourced_pool_ordina
     let plain = alloc.create_pool(MemPoolOptions::default());
     let src: Arc<dyn SegmentSource> = Arc::new(DeviceSource(dev.clone()));
     let sourced = alloc.create_pool_with_source(MemPoolOptions::default(), Some(src));
-    let o = alloc.allocate(4 * MIB, &s).unwrap();
-    let p = plain.allocate(4 * MIB, &s).unwrap();
-    let q = sourced.allocate(4 * MIB, &s).unwrap();
+    let ordinary = alloc.allocate(4 * MIB, &s).unwrap();
+    let in_plain = plain.allocate(4 * MIB, &s).unwrap();
+    let in_sourced = sourced.allocate(4 * MIB, &s).unwrap();
     let snap = alloc.snapshot();
     let of = |id: MemPoolId| {
         snap.segments
@@ -329,23 +329,30 @@ fn under_expandable_segments_a_plain_pool_gets_its_own_and_a_sourced_pool_ordina
             .filter(|seg| seg.segment_pool_id == id)
             .collect::<Vec<_>>()
     };
-    let (d, pl, so) = (of(MemPoolId::DEFAULT), of(plain.id()), of(sourced.id()));
-    assert!(d.len() == 1 && d[0].is_expandable, "{d:?}");
+    let (default, pl, so) = (of(MemPoolId::DEFAULT), of(plain.id()), of(sourced.id()));
+    assert!(
+        default.len() == 1 && default[0].is_expandable,
+        "{default:?}"
+    );
     assert!(
         pl.len() == 1 && pl[0].is_expandable,
         "the plain pool's own: {pl:?}"
     );
-    assert_ne!(pl[0].address, d[0].address);
+    assert_ne!(pl[0].address, default[0].address);
     assert!(so.len() == 1 && !so[0].is_expandable, "{so:?}");
     assert_eq!(so[0].total_size, 20 * MIB, "an ordinary large segment");
     // The sourced pool splits by the ordinary rule: the 16 MiB remainder is one block.
     assert_eq!(so[0].blocks.len(), 2);
     // A pool's reserved bytes are its mapped pages, not its reserved addresses.
     let ps = plain.stats();
-    assert_eq!((ps.reserved_bytes, ps.peak_reserved_bytes), (20 * MIB, 20 * MIB), "{ps:?}");
+    assert_eq!(
+        (ps.reserved_bytes, ps.peak_reserved_bytes),
+        (20 * MIB, 20 * MIB),
+        "{ps:?}"
+    );
     assert_eq!(ps.num_device_alloc, 1, "one map");
     // The allocator's empty_cache unmaps the default pool's free pages, not the pools'.
-    drop((o, p, q));
+    drop((ordinary, in_plain, in_sourced));
     alloc.empty_cache().unwrap();
     assert_eq!(plain.stats().segments, 1, "a live pool's pages stay mapped");
     assert_eq!(sourced.stats().segments, 1);
