@@ -116,7 +116,7 @@ pub struct ViewerSegment {
     /// PyTorch's memory-pool id; `(0, 0)` is the default pool, `(0, uid)` a
     /// [`crate::allocator::MemPool`].
     pub segment_pool_id: (i64, i64),
-    /// Always false (memreuse maps no expandable segments).
+    /// True for one mapped run of an expandable segment (reported as a segment of its own).
     pub is_expandable: bool,
     /// Where the segment was allocated (empty).
     pub frames: Vec<Frame>,
