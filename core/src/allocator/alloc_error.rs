@@ -1,8 +1,10 @@
-//! The allocator's error: out of memory, a backend failure, or a stream of another device.
+//! The allocator's error: out of memory, a backend failure, a stream of another device, or a
+//! refused memory-pool request.
 
 use thiserror::Error;
 
 use super::oom::OutOfMemory;
+use super::pool::PoolError;
 use crate::error::BackendError;
 
 /// Why [`super::CachingAllocator::allocate`] (or event processing) failed.
@@ -30,6 +32,16 @@ pub enum AllocError {
         /// This allocator's device index.
         device: usize,
     },
+    /// A memory-pool request was refused (a released or unknown pool, a failing segment
+    /// source); the allocator is unchanged by it. Boxed, as the out-of-memory report is.
+    #[error(transparent)]
+    Pool(Box<PoolError>),
+}
+
+impl From<PoolError> for AllocError {
+    fn from(e: PoolError) -> Self {
+        AllocError::Pool(Box::new(e))
+    }
 }
 
 impl From<OutOfMemory> for AllocError {

@@ -1,7 +1,6 @@
 //! [`CachingAllocator`]: the public face, and the malloc chain that drops the lock around
 //! callbacks and observers.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -10,11 +9,13 @@ use crate::backend::Backend;
 use crate::ids::{AllocationId, DevicePtr, WorkId};
 
 use super::alloc_error::AllocError;
-use super::callbacks::{CallbackId, Registry};
+use super::callbacks::Registry;
 use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
-use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver, beyond_device};
+use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver, beyond_device, culprits_now};
 use super::pending::EraseOutcome;
+use super::pool::DEFAULT_LANE;
+use super::segment_events::Subscribers;
 use super::sizes::{pool_for, round_size, segment_size};
 use super::snapshot::Snapshot;
 use super::state::{Request, Setup, State};
@@ -55,17 +56,21 @@ pub type FreeMemoryCallback = dyn Fn() -> bool + Send + Sync;
 pub struct CachingAllocator<B: Backend> {
     /// The backend and the configuration, held once (read without the lock; the locked
     /// state borrows them).
-    setup: Setup<B>,
-    state: Mutex<State<B>>,
-    free_callbacks: Registry<FreeMemoryCallback>,
+    pub(super) setup: Setup<B>,
+    pub(super) state: Mutex<State<B>>,
+    pub(super) free_callbacks: Registry<FreeMemoryCallback>,
     /// Last-resort callbacks (they may block), called only when the chain found no memory.
-    pressure_callbacks: Registry<FreeMemoryCallback>,
+    pub(super) pressure_callbacks: Registry<FreeMemoryCallback>,
     /// Observers, explainers and the snapshot file of an out-of-memory.
-    oom: OomHooks,
+    pub(super) oom: OomHooks,
     /// Declared stream uses of recent hand-outs, for race advice; `None` unless enabled.
-    use_ledger: Mutex<Option<UseLedger>>,
+    pub(super) use_ledger: Mutex<Option<UseLedger>>,
     /// Whether `use_ledger` is on (read without its lock on the hot path).
-    use_ledger_on: std::sync::atomic::AtomicBool,
+    pub(super) use_ledger_on: std::sync::atomic::AtomicBool,
+    /// Segment-event subscribers and their delivery (`segment_events.rs`).
+    pub(super) segment_subscribers: Subscribers,
+    /// `release_lock_on_cudamalloc` (`unlocked_malloc.rs`).
+    pub(super) release_lock_on_malloc: std::sync::atomic::AtomicBool,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
@@ -80,10 +85,12 @@ impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
 impl<B: Backend> Drop for CachingAllocator<B> {
     /// Returns every segment to the device. Storages keep their allocator alive, so only
     /// free and pending-free blocks remain here; pending events are waited for first.
+    /// (Memory pools keep their allocator alive too, so every pool was released already.)
     fn drop(&mut self) {
         if let Err(e) = self.state.get_mut().release_cached(&self.setup) {
             tracing::warn!(%e, "memreuse allocator: could not release every segment on drop");
         }
+        self.deliver_segment_events();
     }
 }
 
@@ -137,6 +144,8 @@ impl<B: Backend> CachingAllocator<B> {
             oom: OomHooks::from_env(),
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
+            segment_subscribers: Subscribers::default(),
+            release_lock_on_malloc: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -153,28 +162,56 @@ impl<B: Backend> CachingAllocator<B> {
     /// Allocates at least `bytes` bytes for use on `stream` (0 bytes gives a 512-byte block).
     ///
     /// Chain: process completed events -> best fit -> free-memory callbacks, best fit ->
-    /// garbage collection -> new segment -> release cached oversize blocks, new segment ->
+    /// garbage collection -> new segment -> a cached block of a `use_on_oom` memory pool ->
+    /// release cached oversize blocks, new segment ->
     /// synchronize pending events and release all unsplit cached blocks, best fit, new
     /// segment -> memory-pressure callbacks, then the release and retry again while they
     /// free something -> out of memory (trace entry, `num_ooms`, observers, error).
+    ///
+    /// Inside a [`super::PoolScope`] of this thread that covers `stream`, the block comes
+    /// from that memory pool ([`super::MemPool`]).
+    #[inline]
     pub fn allocate(
         self: &Arc<Self>,
         bytes: u64,
         stream: &B::Stream,
     ) -> Result<Storage<B>, AllocError> {
+        self.allocate_in(bytes, stream, None)
+    }
+
+    /// [`CachingAllocator::allocate`] from the memory pool `pool`, whatever the scopes say.
+    /// A pool that was dropped or closed, or that is not this allocator's, is refused
+    /// ([`super::PoolError`]); [`super::MemPool::allocate`] is the usual way in.
+    pub fn allocate_in_pool(
+        self: &Arc<Self>,
+        pool: super::MemPoolId,
+        bytes: u64,
+        stream: &B::Stream,
+    ) -> Result<Storage<B>, AllocError> {
+        self.allocate_in(bytes, stream, Some(pool))
+    }
+
+    #[inline]
+    fn allocate_in(
+        self: &Arc<Self>,
+        bytes: u64,
+        stream: &B::Stream,
+        pool: Option<super::MemPoolId>,
+    ) -> Result<Storage<B>, AllocError> {
         if !self.setup.backend.owns_stream(stream) {
             return Err(self.foreign_stream("allocate"));
         }
         let size = round_size(bytes, &self.setup.config.roundup_power2_divisions);
-        let req = Request {
+        let mut req = Request {
             stream,
             stream_id: self.setup.backend.stream_id(stream),
             requested: bytes,
             size,
             pool: pool_for(size),
             alloc_size: segment_size(size),
+            lane: DEFAULT_LANE,
         };
-        let (out, allocation_id) = self.malloc(&req)?;
+        let (out, allocation_id) = self.malloc(&mut req, pool)?;
         if self
             .use_ledger_on
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -200,7 +237,7 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     #[cold]
-    fn foreign_stream(&self, call: &'static str) -> AllocError {
+    pub(super) fn foreign_stream(&self, call: &'static str) -> AllocError {
         AllocError::ForeignStream {
             call,
             backend: self.setup.backend.name().to_owned(),
@@ -208,10 +245,34 @@ impl<B: Backend> CachingAllocator<B> {
         }
     }
 
-    fn malloc(&self, req: &Request<'_, B>) -> Result<(HandOut, AllocationId), AllocError> {
+    fn malloc(
+        &self,
+        req: &mut Request<'_, B>,
+        pool: Option<super::MemPoolId>,
+    ) -> Result<(HandOut, AllocationId), AllocError> {
         let mut st = self.state.lock();
-        let out = self.malloc_locked(&mut st, req)?;
-        Ok((out, st.next_allocation_id()))
+        if pool.is_some() || st.pools.routing() {
+            req.lane = st.pools.lane_for(pool, req.stream_id)?;
+        }
+        let out = self
+            .malloc_locked(&mut st, req)
+            .map(|out| (out, st.next_allocation_id()));
+        let deliver = st.seg_events.pending();
+        drop(st);
+        if deliver {
+            self.deliver_segment_events();
+        }
+        out
+    }
+
+    /// Delivers the queued segment events to the subscribers, outside the lock
+    /// (`segment_events.rs`).
+    #[cold]
+    pub(super) fn deliver_segment_events(&self) {
+        self.segment_subscribers.deliver(
+            || self.state.lock().seg_events.take(),
+            || self.state.lock().seg_events.pending(),
+        );
     }
 
     fn malloc_locked(
@@ -272,11 +333,16 @@ impl<B: Backend> CachingAllocator<B> {
             }
         }
         st.garbage_collect(su)?;
-        if let Some(slot) = st.alloc_segment(su, req, false)? {
+        if let Some(slot) = self.new_segment(st, req, false)? {
             return Ok(st.hand_out(slot, req));
         }
-        if st.release_available(su, req)?
-            && let Some(slot) = st.alloc_segment(su, req, false)?
+        // PyTorch's `try_mempool_fallback`: a `use_on_oom` pool's cached block before the
+        // costly releases.
+        if let Some(out) = st.serve_on_oom(req) {
+            return Ok(out);
+        }
+        if st.release_available_for(su, req)?
+            && let Some(slot) = self.new_segment(st, req, false)?
         {
             return Ok(st.hand_out(slot, req));
         }
@@ -291,7 +357,7 @@ impl<B: Backend> CachingAllocator<B> {
         {
             return Ok(out);
         }
-        if let Some(slot) = st.alloc_segment(su, req, true)? {
+        if let Some(slot) = self.new_segment(st, req, true)? {
             return Ok(st.hand_out(slot, req));
         }
         if let Some(out) = self.relieve_pressure(st, su, req)? {
@@ -327,7 +393,7 @@ impl<B: Backend> CachingAllocator<B> {
             if let Some(out) = st.serve(req) {
                 return Ok(Some(out));
             }
-            if let Some(slot) = st.alloc_segment(su, req, true)? {
+            if let Some(slot) = self.new_segment(st, req, true)? {
                 return Ok(Some(st.hand_out(slot, req)));
             }
         }
@@ -477,8 +543,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// synchronized is quarantined (logged, not returned) and the rest still released. The
     /// error returned is a failure to release a segment to the device.
     pub fn empty_cache(&self) -> Result<(), AllocError> {
-        self.state.lock().release_cached(&self.setup)?;
-        Ok(())
+        let released = self.state.lock().release_cached(&self.setup);
+        self.deliver_segment_events();
+        Ok(released?)
     }
 
     /// Synchronizes the streams that used each quarantined block and returns the blocks
@@ -502,80 +569,5 @@ impl<B: Backend> CachingAllocator<B> {
     /// Segments, blocks and the trace (records a `snapshot` trace entry).
     pub fn snapshot(&self) -> Snapshot {
         self.state.lock().snapshot(&self.setup)
-    }
-
-    /// Registers a free-memory callback, called (without the allocator lock) when no cached
-    /// block fits, before new device memory is requested.
-    pub fn add_free_memory_callback(&self, cb: Arc<FreeMemoryCallback>) -> CallbackId {
-        self.free_callbacks.add(cb)
-    }
-
-    /// Unregisters a free-memory callback.
-    pub fn remove_free_memory_callback(&self, id: CallbackId) {
-        self.free_callbacks.remove(id);
-    }
-
-    /// Registers a memory-pressure callback: the last resort of an allocation about to fail
-    /// (after the free-memory callbacks, the cache release and the synchronization of
-    /// pending frees), called without the allocator lock. Unlike a free-memory callback it
-    /// may block (a process group waits there for in-flight works whose shelves hold
-    /// memory). While any returns true, the allocator releases its cache, retries, and
-    /// calls them again if the request still does not fit.
-    pub fn add_memory_pressure_callback(&self, cb: Arc<FreeMemoryCallback>) -> CallbackId {
-        self.pressure_callbacks.add(cb)
-    }
-
-    /// Unregisters a memory-pressure callback.
-    pub fn remove_memory_pressure_callback(&self, id: CallbackId) {
-        self.pressure_callbacks.remove(id);
-    }
-
-    /// Starts recording which streams each hand-out is declared to be used on (the last
-    /// `capacity` hand-outs), for [`crate::race::advise`]. Off by default: it costs a lock
-    /// per hand-out and per `record_stream`.
-    pub fn enable_use_ledger(&self, capacity: usize) {
-        *self.use_ledger.lock() = Some(UseLedger::new(capacity));
-        self.use_ledger_on
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// A copy of the use ledger, if [`CachingAllocator::enable_use_ledger`] was called.
-    pub fn use_ledger(&self) -> Option<UseLedger> {
-        self.use_ledger.lock().clone()
-    }
-
-    /// Registers an explainer, called at out-of-memory without the allocator lock, that
-    /// adds to the error's culprits what the caller knows (a process group names its
-    /// works' operations and reports the shelves of works never waited).
-    pub fn add_oom_explainer(&self, explain: Arc<OomExplainer>) -> CallbackId {
-        self.oom.add_explainer(explain)
-    }
-
-    /// Removes an explainer registered with [`CachingAllocator::add_oom_explainer`].
-    pub fn remove_oom_explainer(&self, id: CallbackId) {
-        self.oom.remove_explainer(id);
-    }
-
-    /// Where a viewer snapshot (pickle) is written at out-of-memory, before the error
-    /// returns; `{device}` in the path becomes the device index. Initialized from
-    /// `MEMREUSE_OOM_SNAPSHOT`; `None` turns it off. The error's message names the file.
-    pub fn set_oom_snapshot_path(&self, path: Option<PathBuf>) {
-        self.oom.set_snapshot_path(path);
-    }
-
-    /// The OOM snapshot path template, if set.
-    pub fn oom_snapshot_path(&self) -> Option<PathBuf> {
-        self.oom.snapshot_path()
-    }
-
-    /// Registers an OOM observer, called (without the allocator lock) before an
-    /// out-of-memory error is returned.
-    pub fn add_oom_observer(&self, cb: Arc<OomObserver>) -> CallbackId {
-        self.oom.add_observer(cb)
-    }
-
-    /// Unregisters an OOM observer.
-    pub fn remove_oom_observer(&self, id: CallbackId) {
-        self.oom.remove_observer(id);
     }
 }

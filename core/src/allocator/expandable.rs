@@ -49,6 +49,8 @@ use crate::virtual_memory::PhysicalHandle;
 
 use super::expandable_segment::ExpandableSegment;
 use super::index::{Growth, SlotState};
+use super::pool::DEFAULT_LANE;
+use super::segment_events::SegmentEventKind;
 use super::sizes::{PoolKind, SMALL_BUFFER};
 use super::state::{DeviceOp, Request, Setup, State};
 use super::trace::TraceAction;
@@ -117,8 +119,16 @@ impl<B: Backend> State<B> {
                 }
             }
             self.counts.device_op(DeviceOp::Alloc);
-            self.trace
-                .push(TraceAction::SegmentMap, t_ptr, bytes, req.stream_id, None);
+            if req.lane != DEFAULT_LANE {
+                self.count_pool_segment(req.lane, bytes, true);
+            }
+            self.note_segment(
+                Some(TraceAction::SegmentMap),
+                SegmentEventKind::Map,
+                (t_ptr, bytes),
+                req.stream_id,
+                req.lane,
+            );
             cand = self.index.map_front(target, bytes);
         }
     }
@@ -128,7 +138,9 @@ impl<B: Backend> State<B> {
     fn find_growth(&self, req: &Request<'_, B>) -> Option<(u64, u32)> {
         self.expandable
             .iter()
-            .filter(|(_, e)| e.stream_id == req.stream_id && e.pool == req.pool)
+            .filter(|(_, e)| {
+                e.stream_id == req.stream_id && e.pool == req.pool && e.lane == req.lane
+            })
             .find_map(|(&base, _)| {
                 let head = self.index.segments().get(&base)?.head;
                 Some((base, self.index.find_expandable(head, req.size)?))
@@ -148,8 +160,9 @@ impl<B: Backend> State<B> {
         su: &Setup<B>,
         req: &Request<'_, B>,
     ) -> Result<u64, BackendError> {
-        let same =
-            |e: &ExpandableSegment<B::Stream>| e.stream_id == req.stream_id && e.pool == req.pool;
+        let same = |e: &ExpandableSegment<B::Stream>| {
+            e.stream_id == req.stream_id && e.pool == req.pool && e.lane == req.lane
+        };
         let Some(page) = self.expandable.values().find(|e| same(e)).map(|e| e.page) else {
             return Ok(0);
         };
@@ -191,14 +204,22 @@ impl<B: Backend> State<B> {
             Err(e) if e.is_out_of_memory() => return Ok(None),
             Err(e) => return Err(e),
         };
-        let slot = self
-            .index
-            .add_expandable_segment(base, size, req.stream_id, req.pool);
+        self.note_segment(
+            Some(TraceAction::SegmentReserve),
+            SegmentEventKind::Reserve,
+            (base, size),
+            req.stream_id,
+            req.lane,
+        );
+        let slot =
+            self.index
+                .add_expandable_segment_in(base, size, req.stream_id, req.lane, req.pool);
         self.expandable.insert(
             base,
             ExpandableSegment {
                 stream_id: req.stream_id,
                 pool: req.pool,
+                lane: req.lane,
                 stream: req.stream.clone(),
                 page,
                 pages: BTreeMap::new(),
@@ -276,8 +297,19 @@ impl<B: Backend> State<B> {
             return Ok(());
         }
         su.backend.vm_release(DevicePtr(base))?;
+        let (size, stream) = (b.size, b.stream);
         self.index.remove_expandable_segment(head);
-        self.expandable.remove(&base);
+        let lane = self
+            .expandable
+            .remove(&base)
+            .map_or(DEFAULT_LANE, |e| e.lane);
+        self.note_segment(
+            None,
+            SegmentEventKind::Unreserve,
+            (base, size),
+            stream,
+            lane,
+        );
         Ok(())
     }
 
@@ -286,13 +318,38 @@ impl<B: Backend> State<B> {
     /// were unmapped (all of them when `None`); each segment's stream is synchronized
     /// before its first page is unmapped, and a segment left with nothing mapped is
     /// released. Returns the bytes unmapped.
+    ///
+    /// A live memory pool's segments are left alone (the allocator-wide release never
+    /// touches them; [`Self::unmap_lane_pages`] is the pool's own).
     pub fn unmap_free_pages(
         &mut self,
         su: &Setup<B>,
         pool: Option<PoolKind>,
         target: Option<u64>,
     ) -> Result<u64, BackendError> {
-        self.unmap_free_pages_of(su, |e| pool.is_none_or(|p| p == e.pool), target, false, &[])
+        let kept: Vec<u32> = self
+            .expandable
+            .values()
+            .map(|e| e.lane)
+            .filter(|&l| !self.index.releasable(l))
+            .collect();
+        self.unmap_free_pages_of(
+            su,
+            |e| pool.is_none_or(|p| p == e.pool) && !kept.contains(&e.lane),
+            target,
+            false,
+            &[],
+        )
+    }
+
+    /// Unmaps every whole free page of the expandable segments of memory-pool `lane` (the
+    /// pool's own `empty_cache`), releasing segments left with nothing mapped.
+    pub(crate) fn unmap_lane_pages(
+        &mut self,
+        su: &Setup<B>,
+        lane: u32,
+    ) -> Result<u64, BackendError> {
+        self.unmap_free_pages_of(su, |e| e.lane == lane, None, false, &[])
     }
 
     /// [`Self::unmap_free_pages`] over the segments `keep` selects, leaving the free blocks
@@ -349,9 +406,9 @@ impl<B: Backend> State<B> {
         start: u64,
         len: u64,
     ) -> Result<u64, BackendError> {
-        let (page, stream) = {
+        let (page, stream, lane) = {
             let e = &self.expandable[&base];
-            (e.page, e.stream_id)
+            (e.page, e.stream_id, e.lane)
         };
         let mut done = 0u64;
         let mut failure = None;
@@ -382,8 +439,16 @@ impl<B: Backend> State<B> {
         if done > 0 {
             self.index.unmap_range(slot, start, done);
             self.counts.device_op(DeviceOp::Free);
-            self.trace
-                .push(TraceAction::SegmentUnmap, start, done, stream, None);
+            if lane != DEFAULT_LANE {
+                self.count_pool_segment(lane, done, false);
+            }
+            self.note_segment(
+                Some(TraceAction::SegmentUnmap),
+                SegmentEventKind::Unmap,
+                (start, done),
+                stream,
+                lane,
+            );
         }
         failure.map_or(Ok(done), Err)
     }

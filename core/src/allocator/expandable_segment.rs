@@ -14,6 +14,9 @@ use super::sizes::PoolKind;
 pub(crate) struct ExpandableSegment<S> {
     pub stream_id: StreamId,
     pub pool: PoolKind,
+    /// Memory-pool lane (0: ordinary allocations; a pool without a segment source has
+    /// expandable segments of its own).
+    pub lane: u32,
     /// Synchronized before pages are unmapped.
     pub stream: S,
     /// Bytes per page.

@@ -47,10 +47,13 @@ mod events;
 mod expandable;
 mod expandable_segment;
 mod fragmentation;
+mod hooks;
 mod index;
 mod oom;
 mod pending;
+mod pool;
 mod reclaim;
+mod segment_events;
 mod sizes;
 mod snapshot;
 mod snapshot_display;
@@ -59,6 +62,7 @@ mod stats;
 mod storage;
 mod stream_use;
 mod trace;
+mod unlocked_malloc;
 mod use_ledger;
 
 pub use alloc_error::AllocError;
@@ -77,6 +81,14 @@ pub use oom::{
     PendingHold, Rounding, RoundingCause, ShelfHold, culprit_holds_visited,
 };
 pub use pending::EraseOutcome;
+pub use pool::{
+    MemPool, MemPoolId, MemPoolOptions, MemPoolStats, PoolError, PoolScope, SEGMENT_ALIGNMENT,
+    SegmentSource, SourceMemory,
+};
+pub use segment_events::{
+    MAX_KEPT_FAILURES, SegmentEvent, SegmentEventFailure, SegmentEventKind, SegmentSubscriber,
+    SubscriberError,
+};
 pub use sizes::{
     LARGE_BUFFER, MAX_NON_SPLIT_ROUNDING, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUND_LARGE,
     ROUNDUP_INTERVALS, SMALL_BUFFER, SMALL_SIZE,

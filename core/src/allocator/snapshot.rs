@@ -4,6 +4,7 @@ use crate::backend::Backend;
 use crate::ids::StreamId;
 
 use super::index::SlotState;
+use super::pool::MemPoolId;
 use super::sizes::PoolKind;
 use super::state::{Setup, State};
 use super::trace::{TraceAction, TraceEntry};
@@ -64,7 +65,7 @@ pub struct BlockInfo {
 }
 
 /// One segment: a raw device allocation and the blocks that tile it.
-#[derive(Clone, PartialEq, Eq, Debug)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SegmentInfo {
     /// Device index.
     pub device: usize,
@@ -86,8 +87,33 @@ pub struct SegmentInfo {
     /// contiguous mapped range of an expandable segment is reported as a segment of its
     /// own (unmapped addresses are not shown).
     pub is_expandable: bool,
+    /// The memory pool the segment belongs to ([`MemPoolId::DEFAULT`] for ordinary
+    /// allocations); PyTorch's snapshot calls it `segment_pool_id`.
+    pub segment_pool_id: MemPoolId,
     /// Blocks in address order; they tile the segment exactly.
     pub blocks: Vec<BlockInfo>,
+}
+
+// By hand, not derived: the pool id is printed only for a pool's segment, so a snapshot
+// without memory pools prints exactly as before pools existed (the golden test compares
+// this text byte for byte).
+impl std::fmt::Debug for SegmentInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("SegmentInfo");
+        d.field("device", &self.device)
+            .field("address", &self.address)
+            .field("total_size", &self.total_size)
+            .field("allocated_size", &self.allocated_size)
+            .field("active_size", &self.active_size)
+            .field("requested_size", &self.requested_size)
+            .field("stream", &self.stream)
+            .field("segment_type", &self.segment_type)
+            .field("is_expandable", &self.is_expandable);
+        if !self.segment_pool_id.is_default() {
+            d.field("segment_pool_id", &self.segment_pool_id);
+        }
+        d.field("blocks", &self.blocks).finish()
+    }
 }
 
 /// Segments (by address) and the trace ring buffer's contents (oldest first).
@@ -97,6 +123,10 @@ pub struct Snapshot {
     pub segments: Vec<SegmentInfo>,
     /// Trace entries, oldest first.
     pub traces: Vec<TraceEntry>,
+    /// The device's capacity in bytes when the snapshot was taken (the backend's
+    /// `memory_info`; `None` when it could not say), so a reader of the file (whatif) knows
+    /// the device an out-of-memory snapshot ran out on.
+    pub device_total: Option<u64>,
 }
 
 impl<B: Backend> State<B> {
@@ -107,9 +137,11 @@ impl<B: Backend> State<B> {
         self.trace
             .push(TraceAction::Snapshot, 0, active, default_stream, None);
         let device = su.backend.device_index();
+        let device_total = su.backend.memory_info().ok().map(|m| m.total);
         let mut segments = Vec::with_capacity(self.index.segments().len());
         for (&address, seg) in self.index.segments() {
             let is_expandable = self.expandable.contains_key(&address);
+            let segment_pool_id = self.pools.id_of(seg.lane);
             let mut info: Option<SegmentInfo> = None;
             for b in self.index.segment_blocks(seg.head) {
                 let state = match b.state {
@@ -137,6 +169,7 @@ impl<B: Backend> State<B> {
                         PoolKind::Large => SegmentType::Large,
                     },
                     is_expandable,
+                    segment_pool_id,
                     blocks: Vec::new(),
                 });
                 let requested = b.state.requested();
@@ -162,6 +195,7 @@ impl<B: Backend> State<B> {
         Snapshot {
             segments,
             traces: self.trace.to_vec(),
+            device_total,
         }
     }
 }

@@ -21,10 +21,13 @@ use crate::backend::Backend;
 use crate::error::BackendError;
 use crate::ids::{AllocationId, StreamId, WorkId};
 
+use super::alloc_error::AllocError;
 use super::config::AllocatorConfig;
 use super::expandable_segment::ExpandableSegment;
 use super::index::{BlockIndex, BlockRef, HandOut, SlotState};
 use super::pending::{Change, EraseOutcome, Freed, PendingFrees};
+use super::pool::{DEFAULT_LANE, PoolTable, obtain_raw};
+use super::segment_events::{EventQueue, SegmentEventKind};
 use super::sizes::PoolKind;
 use super::stats::AllocatorStats;
 use super::stream_use::UseOwner;
@@ -48,6 +51,9 @@ pub(crate) struct Request<'a, B: Backend> {
     pub pool: PoolKind,
     /// Segment size to ask the device for when nothing cached fits.
     pub alloc_size: u64,
+    /// Memory-pool lane the request is served from (`DEFAULT_LANE` unless a pool scope or
+    /// an explicit pool routes it; `pool/`).
+    pub lane: u32,
 }
 
 /// High bits of an [`AllocationId`]: the allocator's serial.
@@ -127,6 +133,10 @@ pub(crate) struct State<B: Backend> {
     /// Expandable segments by base address (`expandable.rs`; empty unless
     /// `expandable_segments:True`).
     pub expandable: BTreeMap<u64, ExpandableSegment<B::Stream>>,
+    /// Memory pools and their routing scopes (`pool/`).
+    pub pools: PoolTable,
+    /// Segment events waiting for delivery outside the lock (`segment_events.rs`).
+    pub seg_events: EventQueue,
 }
 
 /// One warning per quarantined block: the failure was already returned by the operation
@@ -178,13 +188,17 @@ impl<B: Backend> State<B> {
             allocator_serial: new_allocator_serial(),
             hand_outs: 0,
             expandable: BTreeMap::new(),
+            pools: PoolTable::default(),
+            seg_events: EventQueue::default(),
         }
     }
 
     /// Serves `req` from the cache (best fit), if a cached block fits.
     #[inline]
     pub fn serve(&mut self, req: &Request<'_, B>) -> Option<HandOut> {
-        let slot = self.index.best_fit(req.stream_id, req.pool, req.size)?;
+        let slot = self
+            .index
+            .best_fit_in(req.stream_id, req.lane, req.pool, req.size)?;
         Some(self.hand_out(slot, req))
     }
 
@@ -347,14 +361,17 @@ impl<B: Backend> State<B> {
         }))
     }
 
-    /// A new segment from the device for `req`, as a free block. `Ok(None)` when the device
-    /// (or the per-process limit) says out of memory.
+    /// A new segment for `req`, as a free block: from the device, or from the source of
+    /// the request's memory pool. `Ok(None)` when the device (or the per-process limit, or
+    /// the pool's source) says out of memory. Under `expandable_segments:True` a pool
+    /// without a source gets expandable segments of its own, and a pool with one gets
+    /// ordinary segments (PyTorch's `is_expandable_segments_active`).
     pub fn alloc_segment(
         &mut self,
         su: &Setup<B>,
         req: &Request<'_, B>,
         is_retry: bool,
-    ) -> Result<Option<u32>, BackendError> {
+    ) -> Result<Option<u32>, AllocError> {
         if is_retry {
             self.counts.num_alloc_retries += 1;
         }
@@ -364,24 +381,33 @@ impl<B: Backend> State<B> {
         if self.over_limit(su, size)? {
             return Ok(None);
         }
-        if su.config.expandable_segments {
-            return self.alloc_expandable(su, req);
+        if su.config.expandable_segments && !self.pools.has_source(req.lane) {
+            return Ok(self.alloc_expandable(su, req)?);
         }
-        let ptr = match su.backend.malloc(size) {
-            Ok(p) => p.addr(),
-            Err(e) if e.is_out_of_memory() => return Ok(None),
-            Err(e) => return Err(e),
+        let source = self.segment_source(req.lane);
+        let Some(ptr) = obtain_raw(&*su.backend, source.as_ref(), size)? else {
+            return Ok(None);
         };
+        Ok(Some(self.install_segment(req, ptr, size)))
+    }
+
+    /// Adds the raw memory at `ptr` (`size` bytes, just obtained for `req`) as a new
+    /// segment of the request's lane, one free block; returns its slot.
+    pub fn install_segment(&mut self, req: &Request<'_, B>, ptr: u64, size: u64) -> u32 {
         self.segment_streams.insert(ptr, req.stream.clone());
         self.counts.device_op(DeviceOp::Alloc);
-        self.trace
-            .push(TraceAction::SegmentAlloc, ptr, size, req.stream_id, None);
-        Ok(Some(self.index.add_segment(
-            ptr,
-            size,
+        if req.lane != DEFAULT_LANE {
+            self.count_pool_segment(req.lane, size, true);
+        }
+        self.note_segment(
+            Some(TraceAction::SegmentAlloc),
+            SegmentEventKind::SegmentAlloc,
+            (ptr, size),
             req.stream_id,
-            req.pool,
-        )))
+            req.lane,
+        );
+        self.index
+            .add_segment_in(ptr, size, req.stream_id, req.lane, req.pool)
     }
 
     /// Returns the free whole-segment block in `slot` to the device. The segment's stream is
@@ -393,13 +419,46 @@ impl<B: Backend> State<B> {
         if let Some(stream) = self.segment_streams.get(&base) {
             su.backend.synchronize_stream(stream)?;
         }
-        su.backend.free(crate::ids::DevicePtr(base))?;
+        let size = self.index.block(slot).size;
+        let lane = self
+            .index
+            .segments()
+            .get(&base)
+            .map_or(DEFAULT_LANE, |s| s.lane);
+        self.free_raw(su, lane, base, size)?;
         let seg = self.index.remove_segment(slot);
         self.segment_streams.remove(&base);
         self.counts.device_op(DeviceOp::Free);
-        self.trace
-            .push(TraceAction::SegmentFree, base, seg.size, seg.stream, None);
+        if lane != DEFAULT_LANE {
+            self.count_pool_segment(lane, size, false);
+        }
+        self.note_segment(
+            Some(TraceAction::SegmentFree),
+            SegmentEventKind::SegmentFree,
+            (base, seg.size),
+            seg.stream,
+            lane,
+        );
         Ok(())
+    }
+
+    /// Records a segment-level change of `range` (address, bytes) on `stream` in `lane`:
+    /// its trace entry (if it has one) and, while anyone subscribes, its segment event.
+    pub fn note_segment(
+        &mut self,
+        action: Option<TraceAction>,
+        kind: SegmentEventKind,
+        range: (u64, u64),
+        stream: StreamId,
+        lane: u32,
+    ) {
+        if let Some(action) = action {
+            self.trace.push(action, range.0, range.1, stream, None);
+        }
+        if self.seg_events.on {
+            let pool = self.pools.id_of(lane);
+            self.seg_events.push(kind, pool, stream, range.0, range.1);
+        }
     }
 
     /// The statistics: the index's figures, the call counters and the fragmentation.

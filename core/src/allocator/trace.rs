@@ -24,6 +24,9 @@ pub enum TraceAction {
     SegmentMap,
     /// Free pages of an expandable segment were unmapped (PyTorch's `segment_unmap`).
     SegmentUnmap,
+    /// An expandable segment's address range was reserved (address and bytes of the range;
+    /// nothing mapped yet). memreuse's, not PyTorch's: the viewer export leaves it out.
+    SegmentReserve,
     /// A snapshot was taken.
     Snapshot,
     /// An allocation failed with out-of-memory.
@@ -41,6 +44,7 @@ impl TraceAction {
             TraceAction::SegmentFree => "segment_free",
             TraceAction::SegmentMap => "segment_map",
             TraceAction::SegmentUnmap => "segment_unmap",
+            TraceAction::SegmentReserve => "segment_reserve",
             TraceAction::Snapshot => "snapshot",
             TraceAction::Oom => "oom",
         }

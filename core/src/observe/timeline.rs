@@ -122,7 +122,9 @@ impl Timeline {
                 TraceAction::SegmentFree => {
                     self.instant("segment_free", e.stream.0, e.time_us, &args);
                 }
-                TraceAction::SegmentMap | TraceAction::SegmentUnmap => {
+                TraceAction::SegmentMap
+                | TraceAction::SegmentUnmap
+                | TraceAction::SegmentReserve => {
                     self.instant(e.action.as_str(), e.stream.0, e.time_us, &args);
                 }
                 TraceAction::Oom | TraceAction::Snapshot => {

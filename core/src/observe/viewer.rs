@@ -113,9 +113,10 @@ pub struct ViewerSegment {
     pub stream: i64,
     /// `small` or `large`.
     pub segment_type: &'static str,
-    /// PyTorch's memory-pool id; `(0, 0)` is the default pool.
+    /// PyTorch's memory-pool id; `(0, 0)` is the default pool, `(0, uid)` a
+    /// [`crate::allocator::MemPool`].
     pub segment_pool_id: (i64, i64),
-    /// Always false (memreuse maps no expandable segments).
+    /// True for one mapped run of an expandable segment (reported as a segment of its own).
     pub is_expandable: bool,
     /// Where the segment was allocated (empty).
     pub frames: Vec<Frame>,
@@ -170,6 +171,10 @@ pub struct ViewerSnapshot {
     pub segments: Vec<ViewerSegment>,
     /// One trace list per device index, oldest entry first.
     pub device_traces: Vec<Vec<ViewerTraceEntry>>,
+    /// The device's capacity, when every snapshot converted recorded the same one (whatif
+    /// reads it as the device the history ran on); absent otherwise. The viewer ignores it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_total: Option<i64>,
 }
 
 impl ViewerSnapshot {
@@ -206,9 +211,19 @@ impl ViewerSnapshot {
             out.device_traces = vec![Vec::new(); max + 1];
         }
         for (device, entries) in traces {
-            for e in entries {
+            // PyTorch's trace has no range reserve (its viewer knows only its own actions).
+            for e in entries
+                .iter()
+                .filter(|e| e.action != TraceAction::SegmentReserve)
+            {
                 out.device_traces[device].push(ViewerTraceEntry::from_entry(e)?);
             }
+        }
+        let mut totals = snapshots.iter().map(|(_, s)| s.device_total);
+        if let Some(Some(first)) = totals.next()
+            && totals.all(|t| t == Some(first))
+        {
+            out.device_total = Some(i64_of("device_total", first)?);
         }
         out.fill_empty_traces();
         Ok(out)
@@ -334,7 +349,10 @@ fn convert_segment(seg: &crate::allocator::SegmentInfo) -> Result<ViewerSegment,
         requested_size: i64_of("requested_size", seg.requested_size)?,
         stream: i64_of("stream", seg.stream.0)?,
         segment_type: seg.segment_type.as_str(),
-        segment_pool_id: (0, 0),
+        segment_pool_id: (
+            i64_of("segment_pool_id", seg.segment_pool_id.0)?,
+            i64_of("segment_pool_id", seg.segment_pool_id.1)?,
+        ),
         is_expandable: seg.is_expandable,
         frames: Vec::new(),
         blocks,
@@ -358,6 +376,7 @@ mod tests {
             stream: StreamId(3),
             segment_type: SegmentType::Small,
             is_expandable: false,
+            segment_pool_id: crate::allocator::MemPoolId::DEFAULT,
             blocks: blocks
                 .into_iter()
                 .map(|(address, size)| BlockInfo {
@@ -375,6 +394,7 @@ mod tests {
         let snap = Snapshot {
             segments: vec![segment(vec![(5120, 1024), (4096, 1024)])],
             traces: Vec::new(),
+            device_total: None,
         };
         let v = ViewerSnapshot::from_snapshot(1, &snap).unwrap();
         assert_eq!(v.segments[0].blocks[0].address, 4096);
@@ -384,6 +404,7 @@ mod tests {
         let gap = Snapshot {
             segments: vec![segment(vec![(4096, 1024), (5376, 768)])],
             traces: Vec::new(),
+            device_total: None,
         };
         assert!(matches!(
             ViewerSnapshot::from_snapshot(1, &gap),
@@ -398,6 +419,7 @@ mod tests {
         let snap = Snapshot {
             segments: vec![s],
             traces: Vec::new(),
+            device_total: None,
         };
         assert!(matches!(
             ViewerSnapshot::from_snapshot(1, &snap),

@@ -69,6 +69,9 @@ pub(crate) struct Block {
     pub ptr: u64,
     pub size: u64,
     pub stream: StreamId,
+    /// Index of the block's free sets in the index's `free` (its stream and memory-pool
+    /// lane; never changes): the hot path reaches them without a lookup.
+    pub set: u32,
     pub pool: PoolKind,
     pub state: SlotState,
     pub prev: Option<u32>,

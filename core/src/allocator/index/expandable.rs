@@ -66,10 +66,11 @@ impl BlockIndex {
     pub(super) fn expandable_best_fit(
         &self,
         stream: StreamId,
+        lane: u32,
         pool: PoolKind,
         size: u64,
     ) -> Option<FreeKey> {
-        let mut walk = self.free_set(stream, pool)?.at_least(size);
+        let mut walk = self.free_set(stream, lane, pool)?.at_least(size);
         let mut best = walk.next()?;
         let mut best_grows = self.expandable_size(best.slot);
         for next in walk {
@@ -84,18 +85,21 @@ impl BlockIndex {
 
     /// A new expandable segment: `size` reserved bytes at `base` for `stream`'s `pool`, one
     /// unmapped block (nothing reserved yet). Returns the block's slot.
-    pub fn add_expandable_segment(
+    pub fn add_expandable_segment_in(
         &mut self,
         base: u64,
         size: u64,
         stream: StreamId,
+        lane: u32,
         pool: PoolKind,
     ) -> u32 {
+        let set = self.set_for(stream, lane);
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr: base,
             size,
             stream,
+            set,
             pool,
             state: SlotState::Unmapped,
             prev: None,
@@ -108,6 +112,7 @@ impl BlockIndex {
                 size,
                 stream,
                 pool,
+                lane,
                 head: slot,
             },
         );

@@ -35,6 +35,8 @@ mod expandable;
 mod expandable_fit_tests;
 mod figures;
 mod free_set;
+mod handles;
+mod lanes;
 #[cfg(test)]
 mod tests;
 mod victims;
@@ -61,6 +63,8 @@ pub(crate) struct Segment {
     pub size: u64,
     pub stream: StreamId,
     pub pool: PoolKind,
+    /// Memory-pool lane (0: the default pool; `lanes.rs`).
+    pub lane: u32,
     /// Slot of the lowest block. Merges keep the lower block's slot, so it never changes.
     pub head: u32,
 }
@@ -73,9 +77,15 @@ pub(crate) struct HandOut {
     pub size: u64,
 }
 
-/// The free sets of one stream.
+/// The free sets of one stream in one memory-pool lane. Entries are never removed, so a
+/// block's `set` index stays valid.
 struct StreamFree {
     stream: StreamId,
+    lane: u32,
+    /// The lane never splits a block (`lanes.rs`).
+    no_split: bool,
+    /// The lane's segments are never expandable (`lanes.rs`).
+    plain: bool,
     pools: [FreeSet; 2],
 }
 
@@ -94,6 +104,10 @@ pub(crate) struct BlockIndex {
     clock: u64,
     /// Expandable segments (`expandable.rs`): split rule and `inactive_split` as PyTorch's.
     expandable: bool,
+    /// Flags of each memory-pool lane by lane number (`lanes.rs`; empty: default only).
+    lanes: Vec<lanes::LaneFlags>,
+    /// True once any lane is `no_split` (the hand-out checks the flag only then).
+    any_no_split: bool,
 }
 
 impl BlockIndex {
@@ -107,6 +121,8 @@ impl BlockIndex {
             max_split_size,
             clock: 0,
             expandable: false,
+            lanes: Vec::new(),
+            any_no_split: false,
         }
     }
 
@@ -151,42 +167,27 @@ impl BlockIndex {
     }
 
     #[inline]
-    fn free_set(&self, stream: StreamId, pool: PoolKind) -> Option<&FreeSet> {
+    fn free_set(&self, stream: StreamId, lane: u32, pool: PoolKind) -> Option<&FreeSet> {
         // Most calls are for the stream of the previous mutable call.
         if let Some(f) = self.free.get(self.last_stream)
             && f.stream == stream
+            && f.lane == lane
         {
             return Some(&f.pools[pool as usize]);
         }
         self.free
             .iter()
-            .find(|f| f.stream == stream)
+            .find(|f| f.stream == stream && f.lane == lane)
             .map(|f| &f.pools[pool as usize])
     }
 
+    /// The free set of `pool` in the free sets at index `set` (a block's `set`).
     // Forced: on the cached hand-out/release path the plain hint left this an outlined
     // call (callgrind, `bench/README.md`: -55 Ir per cached 4 KiB pair with the three forced).
     #[expect(clippy::inline_always, reason = "measured on the hot path")]
     #[inline(always)]
-    fn free_set_mut(&mut self, stream: StreamId, pool: PoolKind) -> &mut FreeSet {
-        if self
-            .free
-            .get(self.last_stream)
-            .is_some_and(|f| f.stream == stream)
-        {
-            return &mut self.free[self.last_stream].pools[pool as usize];
-        }
-        let i = if let Some(i) = self.free.iter().position(|f| f.stream == stream) {
-            i
-        } else {
-            self.free.push(StreamFree {
-                stream,
-                pools: [FreeSet::new(), FreeSet::new()],
-            });
-            self.free.len() - 1
-        };
-        self.last_stream = i;
-        &mut self.free[i].pools[pool as usize]
+    fn set_mut(&mut self, set: u32, pool: PoolKind) -> &mut FreeSet {
+        &mut self.free[set as usize].pools[pool as usize]
     }
 
     fn key(&self, slot: u32) -> FreeKey {
@@ -201,13 +202,13 @@ impl BlockIndex {
     /// Puts the free block in `slot` into its free set (cached free bytes follow).
     fn insert_free(&mut self, slot: u32) {
         let key = self.key(slot);
-        let (stream, pool) = {
+        let (set, pool) = {
             let b = self.slab.get_mut(slot);
             b.state = SlotState::Free { since: self.clock };
-            (b.stream, b.pool)
+            (b.set, b.pool)
         };
         self.figures.cached_free_bytes += key.size;
-        self.free_set_mut(stream, pool).insert(key);
+        self.set_mut(set, pool).insert(key);
     }
 
     /// Takes the free block in `slot` out of its free set.
@@ -215,15 +216,21 @@ impl BlockIndex {
         let key = self.key(slot);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (stream, pool) = (b.stream, b.pool);
+        let (set, pool) = (b.set, b.pool);
         self.figures.cached_free_bytes -= key.size;
-        let found = self.free_set_mut(stream, pool).remove(key);
+        let found = self.set_mut(set, pool).remove(key);
         debug_assert!(found, "free block missing from its free set");
     }
 
     #[inline]
-    fn apply_split_change(&mut self, pool: PoolKind, before: (i64, i64), after: (i64, i64)) {
-        if self.expandable {
+    fn apply_split_change(
+        &mut self,
+        set: u32,
+        pool: PoolKind,
+        before: (i64, i64),
+        after: (i64, i64),
+    ) {
+        if self.expandable && !self.free[set as usize].plain {
             return; // PyTorch keeps expandable segments out of `inactive_split`
         }
         self.figures.inactive_split.apply(pool, after.0 - before.0);
@@ -232,13 +239,23 @@ impl BlockIndex {
             .apply(pool, after.1 - before.1);
     }
 
-    /// A new segment of `size` bytes at `ptr` for `stream`'s `pool`, as one free block.
-    pub fn add_segment(&mut self, ptr: u64, size: u64, stream: StreamId, pool: PoolKind) -> u32 {
+    /// A new segment of `size` bytes at `ptr` for `stream`'s `pool` in memory-pool `lane`,
+    /// as one free block.
+    pub fn add_segment_in(
+        &mut self,
+        ptr: u64,
+        size: u64,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+    ) -> u32 {
+        let set = self.set_for(stream, lane);
         let slot = self.slab.insert(Block {
             generation: 0,
             ptr,
             size,
             stream,
+            set,
             pool,
             state: SlotState::Free { since: self.clock },
             prev: None,
@@ -251,6 +268,7 @@ impl BlockIndex {
                 size,
                 stream,
                 pool,
+                lane,
                 head: slot,
             },
         );
@@ -289,21 +307,33 @@ impl BlockIndex {
         seg
     }
 
-    /// The smallest free block of `stream`'s `pool` with at least `size` bytes (lowest
-    /// address among equals), without the oversize rules.
+    /// The smallest free block of `stream`'s `pool` in `lane` with at least `size` bytes
+    /// (lowest address among equals), without the oversize rules.
     #[inline]
-    pub fn lower_bound(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<FreeKey> {
-        self.free_set(stream, pool)?.lower_bound(size)
+    pub fn lower_bound_in(
+        &self,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+        size: u64,
+    ) -> Option<FreeKey> {
+        self.free_set(stream, lane, pool)?.lower_bound(size)
     }
 
-    /// Best fit for a rounded request of `size` bytes on `stream`'s `pool`, with the
-    /// oversize rules.
+    /// Best fit for a rounded request of `size` bytes on `stream`'s `pool` in memory-pool
+    /// `lane`, with the oversize rules.
     #[inline]
-    pub fn best_fit(&self, stream: StreamId, pool: PoolKind, size: u64) -> Option<u32> {
+    pub fn best_fit_in(
+        &self,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+        size: u64,
+    ) -> Option<u32> {
         let key = if self.expandable {
-            self.expandable_best_fit(stream, pool, size)?
+            self.expandable_best_fit(stream, lane, pool, size)?
         } else {
-            self.lower_bound(stream, pool, size)?
+            self.lower_bound_in(stream, lane, pool, size)?
         };
         let max_split = self.max_split_size;
         // An oversize block is not handed to a request that could be split for.
@@ -329,10 +359,12 @@ impl BlockIndex {
         let (max_split, clock) = (self.max_split_size, self.clock);
         let b = self.slab.get(slot);
         debug_assert!(b.state.is_free());
-        let (bsize, ptr, stream, pool, next, segment) =
-            (b.size, b.ptr, b.stream, b.pool, b.next, b.segment);
+        let (bsize, ptr, stream, set, pool, next, segment) =
+            (b.size, b.ptr, b.stream, b.set, b.pool, b.next, b.segment);
         let whole = b.is_whole_segment();
-        let split = if self.expandable {
+        let split = if self.any_no_split && self.free[set as usize].no_split {
+            false
+        } else if self.expandable && !self.free[set as usize].plain {
             expandable::should_split(bsize, size)
         } else {
             should_split(pool, bsize, size, max_split)
@@ -344,6 +376,7 @@ impl BlockIndex {
                 ptr: ptr + size,
                 size: rest,
                 stream,
+                set,
                 pool,
                 state: SlotState::Free { since: clock },
                 prev: Some(slot),
@@ -378,8 +411,11 @@ impl BlockIndex {
         let bytes = out.size;
         // The free bytes lose the hand-out; the remainder stays free.
         self.figures.cached_free_bytes -= bytes;
-        // One free set serves the block and its remainder (same stream and pool).
-        let set = self.free_set_mut(stream, pool);
+        // The next best fit is most likely on this block's stream and lane.
+        self.last_stream = set as usize;
+        // One free set serves the block and its remainder (same stream, lane and pool).
+        let set_index = set;
+        let set = self.set_mut(set, pool);
         let found = set.remove(FreeKey {
             size: bsize,
             addr: ptr,
@@ -397,7 +433,7 @@ impl BlockIndex {
         // remainder (free, with a lower neighbour) counts.
         let before = if whole { (0, 0) } else { (1, bsize as i64) };
         let after = if split { (1, rest as i64) } else { (0, 0) };
-        self.apply_split_change(pool, before, after);
+        self.apply_split_change(set_index, pool, before, after);
         let f = &mut self.figures;
         f.allocation.increase(pool, 1);
         f.allocated_bytes.increase(pool, bytes);
@@ -408,73 +444,6 @@ impl BlockIndex {
             f.oversize_allocations.increase(PoolKind::Large, 1);
         }
         out
-    }
-
-    /// One more storage handle of the allocated block `r`; false when `r` is not current
-    /// or not allocated.
-    pub fn add_handle(&mut self, r: BlockRef) -> bool {
-        match self.slab.resolve_mut(r) {
-            Some(Block {
-                state: SlotState::Allocated { handles, .. },
-                ..
-            }) => {
-                *handles += 1;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Storage handles of the allocated block `r` (0 when not current or not allocated).
-    pub fn handles(&self, r: BlockRef) -> u32 {
-        match self.slab.resolve(r) {
-            Some(Block {
-                state: SlotState::Allocated { handles, .. },
-                ..
-            }) => *handles,
-            _ => 0,
-        }
-    }
-
-    /// Drops one storage handle of `r`; at the last one the user has freed the block: it
-    /// becomes pending-free (the caller decides when it becomes free) and its slot is
-    /// returned. `None` while handles remain or when `r` is not current.
-    #[inline]
-    pub fn drop_handle(&mut self, r: BlockRef) -> Option<u32> {
-        let max_split = self.max_split_size;
-        let b = self.slab.resolve_mut(r)?;
-        let SlotState::Allocated { requested, handles } = &mut b.state else {
-            return None;
-        };
-        if *handles > 1 {
-            *handles -= 1;
-            return None;
-        }
-        b.state = SlotState::PendingFree {
-            requested: *requested,
-        };
-        let (pool, size) = (b.pool, b.size);
-        let f = &mut self.figures;
-        f.allocation.decrease(pool, 1);
-        f.allocated_bytes.decrease(pool, size);
-        if size >= max_split {
-            f.oversize_allocations.decrease(PoolKind::Large, 1);
-        }
-        f.pending_free_bytes += size;
-        Some(r.id)
-    }
-
-    /// The pending-free block in `slot` cannot be proven unused: quarantine it.
-    pub fn quarantine(&mut self, slot: u32) {
-        let b = self.slab.get_mut(slot);
-        let SlotState::PendingFree { requested } = b.state else {
-            debug_assert!(false, "only a pending-free block is quarantined");
-            return;
-        };
-        b.state = SlotState::Quarantined { requested };
-        let size = b.size;
-        self.figures.pending_free_bytes -= size;
-        self.figures.quarantined_bytes += size;
     }
 
     /// The pending-free or quarantined block in `slot` becomes free: merged with its free
@@ -503,8 +472,7 @@ impl BlockIndex {
         // Free, in no set yet; its generation changes (handles to it are stale now).
         b.state = SlotState::Free { since: clock };
         b.generation += 1;
-        let (pool, size, prev, next, ptr, stream) =
-            (b.pool, b.size, b.prev, b.next, b.ptr, b.stream);
+        let (pool, size, prev, next, ptr, set) = (b.pool, b.size, b.prev, b.next, b.ptr, b.set);
         let f = &mut self.figures;
         f.active.decrease(pool, 1);
         f.active_bytes.decrease(pool, size);
@@ -550,8 +518,9 @@ impl BlockIndex {
             // The lower neighbour's age restarts with the merge (as a newly freed block).
             self.slab.get_mut(merged.slot).state = SlotState::Free { since: clock };
         }
-        // Neighbours share the block's stream and pool: one free set for every change.
-        let set = self.free_set_mut(stream, pool);
+        // Neighbours share the block's stream, lane and pool: one free set for every change.
+        let set_index = set;
+        let set = self.set_mut(set, pool);
         if let Some(p) = pk {
             let found = set.remove(p);
             debug_assert!(found, "free neighbour missing from its free set");
@@ -566,7 +535,7 @@ impl BlockIndex {
         } else {
             (1, merged.size as i64)
         };
-        self.apply_split_change(pool, before, after);
+        self.apply_split_change(set_index, pool, before, after);
         merged.slot
     }
 

@@ -72,8 +72,20 @@ impl BlockIndex {
         size: u64,
         max_split: u64,
     ) -> OversizeRelease {
+        self.oversize_victims_in(stream, 0, pool, size, max_split)
+    }
+
+    /// [`BlockIndex::oversize_victims`] within memory-pool `lane`.
+    pub fn oversize_victims_in(
+        &self,
+        stream: StreamId,
+        lane: u32,
+        pool: PoolKind,
+        size: u64,
+        max_split: u64,
+    ) -> OversizeRelease {
         let key_size = size.max(max_split);
-        if let Some(k) = self.lower_bound(stream, pool, key_size)
+        if let Some(k) = self.lower_bound_in(stream, lane, pool, key_size)
             && self.is_free_segment(k.slot)
         {
             return OversizeRelease {
@@ -84,7 +96,7 @@ impl BlockIndex {
         let mut released = 0u64;
         let mut slots = Vec::new();
         for k in self
-            .below(stream, pool, key_size)
+            .below(stream, lane, pool, key_size)
             .into_iter()
             .take_while(|k| k.size >= max_split)
             .filter(|k| self.is_free_segment(k.slot))

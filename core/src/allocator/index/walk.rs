@@ -9,15 +9,21 @@ use super::{Block, BlockIndex, FreeKey, FreeSet, StreamFree};
 
 impl BlockIndex {
     /// Free blocks of `stream`'s `pool` smaller than `size`, largest first.
-    pub fn below(&self, stream: StreamId, pool: PoolKind, size: u64) -> Vec<FreeKey> {
-        self.free_set(stream, pool)
+    pub fn below(&self, stream: StreamId, lane: u32, pool: PoolKind, size: u64) -> Vec<FreeKey> {
+        self.free_set(stream, lane, pool)
             .map(|f| f.below(size).collect())
             .unwrap_or_default()
     }
 
-    /// Every free block of `pool`, in (stream, size, address) order.
+    /// Every free block of `pool` that the allocator-wide release and garbage collection
+    /// may return (the default lane's and released pools', never a live pool's: PyTorch's
+    /// `release_cached_blocks({0, 0})`), in (stream, size, address) order.
     pub fn free_blocks(&self, pool: PoolKind) -> Vec<FreeKey> {
-        let mut sets: Vec<&StreamFree> = self.free.iter().collect();
+        let mut sets: Vec<&StreamFree> = self
+            .free
+            .iter()
+            .filter(|f| self.releasable(f.lane))
+            .collect();
         sets.sort_by_key(|f| f.stream);
         sets.iter()
             .flat_map(|f| f.pools[pool as usize].iter())
