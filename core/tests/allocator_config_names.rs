@@ -237,7 +237,7 @@ fn pytorchs_other_keys_are_known_but_unsupported_not_typos() {
         );
         assert!(!msg.contains("unknown key"), "{msg}");
     }
-    let msg = AllocatorConfig::parse("release_lock_on_cudamalloc:True")
+    let msg = AllocatorConfig::parse("throw_on_cudamalloc_oom:True")
         .unwrap_err()
         .to_string();
     assert!(msg.contains("PyTorch's CUDA allocator"), "{msg}");
@@ -247,4 +247,23 @@ fn pytorchs_other_keys_are_known_but_unsupported_not_typos() {
         Err(ConfigError::UnknownKey { .. })
     ));
     assert!(KNOWN_UNSUPPORTED_KEYS.contains(&("backend", KeyOrigin::PyTorchCuda)));
+}
+
+#[test]
+fn release_lock_on_malloc_is_read_under_pytorch_and_torch_npu_names() {
+    for key in [
+        "release_lock_on_cudamalloc",
+        "release_lock_on_hipmalloc",
+        "release_lock_on_npumalloc",
+    ] {
+        let on = AllocatorConfig::parse(&format!("{key}:True")).unwrap();
+        assert!(on.release_lock_on_malloc, "{key}");
+        assert!(!AllocatorConfig::parse(&format!("{key}:False")).unwrap().release_lock_on_malloc);
+    }
+    assert!(!AllocatorConfig::default().release_lock_on_malloc);
+    // Two spellings of one setting are a duplicate, as torch_npu's aliases are.
+    assert!(matches!(
+        AllocatorConfig::parse("release_lock_on_cudamalloc:True,release_lock_on_npumalloc:True"),
+        Err(ConfigError::DuplicateKey { .. })
+    ));
 }

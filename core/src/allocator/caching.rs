@@ -136,6 +136,7 @@ impl<B: Backend> CachingAllocator<B> {
             config.expandable_segments = false;
         }
         let state = State::new(&config);
+        let release_lock = config.release_lock_on_malloc;
         Arc::new(CachingAllocator {
             setup: Setup { backend, config },
             state: Mutex::new(state),
@@ -145,7 +146,7 @@ impl<B: Backend> CachingAllocator<B> {
             use_ledger: Mutex::new(None),
             use_ledger_on: std::sync::atomic::AtomicBool::new(false),
             segment_subscribers: Subscribers::default(),
-            release_lock_on_malloc: std::sync::atomic::AtomicBool::new(false),
+            release_lock_on_malloc: std::sync::atomic::AtomicBool::new(release_lock),
         })
     }
 

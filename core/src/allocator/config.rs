@@ -33,8 +33,9 @@ pub const ALLOC_CONF_ENV: &str = "MEMREUSE_ALLOC_CONF";
 /// The keys [`AllocatorConfig::parse`] accepts, as listed in error messages.
 pub const VALID_KEYS: &str = "max_split_size_mb, garbage_collection_threshold, \
      roundup_power2_divisions, per_process_memory_fraction, lazy_reclaim, expandable_segments, \
-     expandable_segments_page_size_mb, expandable_segments_trim; torch_npu's \
-     multi_stream_lazy_reclaim and page_size:1g";
+     expandable_segments_page_size_mb, expandable_segments_trim, release_lock_on_cudamalloc \
+     (also spelled release_lock_on_hipmalloc); torch_npu's multi_stream_lazy_reclaim, \
+     page_size:1g and release_lock_on_npumalloc";
 
 /// Capacity of the trace ring buffer [`AllocatorConfig::with_trace_capacity`] callers
 /// typically ask for, in entries (PyTorch's `_record_memory_history` default `max_entries`
@@ -80,6 +81,12 @@ pub struct AllocatorConfig {
     /// is a synchronization of that segment's stream and one unmap (and later one map) per
     /// page at each such growth; see `docs/expandable-segments.md`.
     pub expandable_segments_trim: bool,
+    /// PyTorch's `release_lock_on_cudamalloc` (torch_npu: `release_lock_on_npumalloc`;
+    /// default off): a new segment is obtained from the device without the allocator's lock,
+    /// so other threads' cached allocations go on meanwhile (see
+    /// [`crate::allocator::CachingAllocator::set_release_lock_on_malloc`], which can also
+    /// change it at run time). Expandable segments keep the lock, as in PyTorch.
+    pub release_lock_on_malloc: bool,
     /// Capacity of the trace ring buffer (entries); 0 (the default) disables tracing, as
     /// PyTorch's `_record_memory_history` is off by default: a trace entry costs a clock
     /// read, about a fifth of a cached malloc+free pair. Enable it with
@@ -99,6 +106,7 @@ impl Default for AllocatorConfig {
             expandable_segments: false,
             expandable_segments_page_size: super::sizes::LARGE_BUFFER,
             expandable_segments_trim: false,
+            release_lock_on_malloc: false,
             trace_capacity: 0,
         }
     }
@@ -475,6 +483,11 @@ impl AllocatorConfig {
                 "expandable_segments" => cfg.expandable_segments = parse_bool(key, value)?,
                 "expandable_segments_trim" => {
                     cfg.expandable_segments_trim = parse_bool(key, value)?;
+                }
+                "release_lock_on_cudamalloc"
+                | "release_lock_on_hipmalloc"
+                | "release_lock_on_npumalloc" => {
+                    cfg.release_lock_on_malloc = parse_bool(key, value)?;
                 }
                 "expandable_segments_page_size_mb" => {
                     let mb = parse_u64(key, value, "a whole number of MiB")?;

@@ -37,8 +37,6 @@ pub const KNOWN_UNSUPPORTED_KEYS: &[(&str, KeyOrigin)] = &[
     ("pinned_max_round_threshold", KeyOrigin::PyTorch),
     ("pinned_max_cached_size", KeyOrigin::PyTorch),
     ("backend", KeyOrigin::PyTorchCuda),
-    ("release_lock_on_cudamalloc", KeyOrigin::PyTorchCuda),
-    ("release_lock_on_hipmalloc", KeyOrigin::PyTorchCuda),
     ("pinned_use_cuda_host_register", KeyOrigin::PyTorchCuda),
     ("pinned_use_hip_host_register", KeyOrigin::PyTorchCuda),
     ("pinned_num_register_threads", KeyOrigin::PyTorchCuda),
@@ -50,7 +48,6 @@ pub const KNOWN_UNSUPPORTED_KEYS: &[(&str, KeyOrigin)] = &[
     ("pinned_mem_register", KeyOrigin::TorchNpu),
     ("base_addr_aligned_kb", KeyOrigin::TorchNpu),
     ("segment_size_mb", KeyOrigin::TorchNpu),
-    ("release_lock_on_npumalloc", KeyOrigin::TorchNpu),
     ("throw_on_npumalloc_oom", KeyOrigin::TorchNpu),
 ];
 
@@ -69,6 +66,7 @@ pub fn canonical_key(key: &str) -> &str {
     match key {
         NPU_LAZY_RECLAIM_KEY => "lazy_reclaim",
         NPU_PAGE_SIZE_KEY => "expandable_segments_page_size_mb",
+        "release_lock_on_hipmalloc" | "release_lock_on_npumalloc" => "release_lock_on_cudamalloc",
         other => other,
     }
 }
