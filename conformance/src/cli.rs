@@ -180,7 +180,8 @@ pub struct GenerateArgs {
 
 /// `--dtype`: a name of [`memreuse_core::DType::NAMES`]; the error lists them.
 fn dtype_arg(s: &str) -> Result<memreuse_core::DType, String> {
-    s.parse().map_err(|e: memreuse_core::comm::UnknownName| e.to_string())
+    s.parse()
+        .map_err(|e: memreuse_core::comm::UnknownName| e.to_string())
 }
 
 /// Exit status for a usage error or an invalid schedule.

@@ -92,8 +92,14 @@ fn collectives_compute_exact_results() {
     let x0: Vec<f32> = g0[16..].iter().chain(&g0[16..]).copied().collect();
     assert_eq!(c[0][2].f32_values(), x0);
     // broadcast from group rank 1 of [2, 0] = rank 0's own a; rank 2 receives it.
-    assert_eq!(c[2][3].f32_values(), (0..16).map(|i| a(0, i)).collect::<Vec<_>>());
-    assert_eq!(c[3][3].f32_values(), (0..16).map(|i| a(3, i)).collect::<Vec<_>>());
+    assert_eq!(
+        c[2][3].f32_values(),
+        (0..16).map(|i| a(0, i)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        c[3][3].f32_values(),
+        (0..16).map(|i| a(3, i)).collect::<Vec<_>>()
+    );
 }
 
 #[test]

@@ -120,11 +120,7 @@ fn an_inexact_reduction_is_refused_naming_the_type_and_the_bound() {
     let body = r#"{"op": "alloc", "t": "g", "elems": 4096, "dtype": "bf16"},
         {"op": "upload", "t": "g", "seed": 7}, {"op": "all_reduce", "t": "g"},
         {"op": "check", "t": "g"}, {"op": "free", "t": "g"}"#;
-    refused(
-        "bf16-64.json",
-        &schedule(64, body),
-        &["bf16", "257 > 2^8"],
-    );
+    refused("bf16-64.json", &schedule(64, body), &["bf16", "257 > 2^8"]);
     let (code, out) = validate("bf16-32.json", &schedule(32, body));
     assert_eq!(code, Some(0), "{out}");
     // Integers: every intermediate inside the range (u8 sums of 0..=250 overflow at once).
@@ -187,7 +183,13 @@ fn byte_figures_and_digest_follow_the_element_type() {
         )
         .expect("valid")
     };
-    for (dtype, size) in [("f32", 4), ("bf16", 2), ("f64", 8), ("u8", 1), ("f8e5m2", 1)] {
+    for (dtype, size) in [
+        ("f32", 4),
+        ("bf16", 2),
+        ("f64", 8),
+        ("u8", 1),
+        ("f8e5m2", 1),
+    ] {
         assert_eq!(one(dtype).reference.live_peak_bytes, 1000 * size, "{dtype}");
     }
     let pattern = |i: u64| (3 * 1_000_003 + i * 31) % 251;
@@ -211,7 +213,9 @@ fn byte_figures_and_digest_follow_the_element_type() {
         .flat_map(|i| (pattern(i) as i64 - 125).to_le_bytes())
         .collect();
     assert_eq!(one("i64").reference.digest, fnv(&i64s));
-    let u8s: Vec<u8> = (0..1000).map(|i| u8::try_from(pattern(i)).expect("< 251")).collect();
+    let u8s: Vec<u8> = (0..1000)
+        .map(|i| u8::try_from(pattern(i)).expect("< 251"))
+        .collect();
     assert_eq!(one("u8").reference.digest, fnv(&u8s));
     // `dtype: f32` and no dtype are the same schedule.
     let plain = load_str(
@@ -245,9 +249,11 @@ fn generators_take_dtype() {
     assert!(text(&o).contains("f8e4m3, f8e5m2"), "{}", text(&o));
 }
 
-/// Every built-in schedule's reference digest and live peak. The f32 ones are the values
-/// computed before typed tensors existed (unchanged byte for byte); the typed ones are
-/// pinned so that a change to the reference model shows.
+/// Every built-in schedule's reference digest and live peak. The f32 ones (up to
+/// `single-rank-streams`) are the values computed before typed tensors existed, unchanged
+/// byte for byte; the typed ones are pinned so that a change to the reference model shows
+/// (their live peaks count each type's size: bf16-gradients' 672 elements are 1,344
+/// bytes).
 const PINNED: &[(&str, &str, u64)] = &[
     ("ddp", "8db48ea59793f543", 4096),
     ("fsdp", "945fa82fd3add883", 15360),
@@ -268,6 +274,11 @@ const PINNED: &[(&str, &str, u64)] = &[
     ("fsdp-ws1", "13c1465648f597b6", 6144),
     ("free-before-wait-ws1", "feef00d418112013", 4096),
     ("single-rank-streams", "6a0a13be4fd9c340", 20480),
+    ("bf16-gradients", "20c6c1a91d25cbbc", 1344),
+    ("f16-shards", "1374fe2945f6cf1b", 512),
+    ("i64-indices", "c30a12510afc56e1", 2304),
+    ("u8-buffers", "0a8df80304f30367", 1792),
+    ("mixed-precision-step", "df02062323a48365", 3840),
 ];
 
 const TYPED: &[&str] = &[
@@ -286,7 +297,11 @@ fn suite_digests_are_pinned_and_f32_ones_unchanged() {
         let (name, r) = (&e.valid.schedule.name, &e.valid.reference);
         println!("{name} {} {}", r.digest, r.live_peak_bytes);
         if let Some((_, digest, peak)) = PINNED.iter().find(|p| p.0 == name) {
-            assert_eq!((r.digest.as_str(), r.live_peak_bytes), (*digest, *peak), "{name}");
+            assert_eq!(
+                (r.digest.as_str(), r.live_peak_bytes),
+                (*digest, *peak),
+                "{name}"
+            );
             seen.push(name.clone());
         }
     }
@@ -314,7 +329,10 @@ fn typed_suite_schedules_pass_on_the_mock_in_every_mode() {
                 r.error,
                 r.race_examples
             );
-            assert_eq!(r.digest.as_deref(), Some(entry.valid.reference.digest.as_str()));
+            assert_eq!(
+                r.digest.as_deref(),
+                Some(entry.valid.reference.digest.as_str())
+            );
         }
     }
 }

@@ -54,7 +54,10 @@ fn reduce_float(dtype: DType, inputs: &[&[u8]], op: ReduceOp) -> (Vec<u8>, Exces
     let mut acc = decode(first);
     let mut measure: Vec<f64> = match op {
         ReduceOp::Sum => acc.iter().map(|v| v.abs()).collect(),
-        ReduceOp::Prod => acc.iter().map(|v| if *v == 0.0 { 1.0 } else { v.abs() }).collect(),
+        ReduceOp::Prod => acc
+            .iter()
+            .map(|v| if *v == 0.0 { 1.0 } else { v.abs() })
+            .collect(),
         ReduceOp::Max | ReduceOp::Min => Vec::new(),
     };
     for x in rest {
@@ -109,7 +112,10 @@ fn reduce_int(dtype: DType, inputs: &[&[u8]], op: ReduceOp) -> (Vec<u8>, Excess)
     // (positive total, negative total) for sums; the absolute product for products.
     let mut pos: Vec<i128> = acc.iter().map(|&v| v.max(0)).collect();
     let mut neg: Vec<i128> = acc.iter().map(|&v| v.min(0)).collect();
-    let mut mag: Vec<i128> = acc.iter().map(|&v| if v == 0 { 1 } else { v.abs() }).collect();
+    let mut mag: Vec<i128> = acc
+        .iter()
+        .map(|&v| if v == 0 { 1 } else { v.abs() })
+        .collect();
     for x in rest {
         let x = decode(x);
         for (i, (o, &v)) in acc.iter_mut().zip(&x).enumerate() {

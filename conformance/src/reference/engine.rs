@@ -189,7 +189,9 @@ impl<'a> Engine<'a> {
     fn local(&mut self, rank: usize, step: &Step<'_>) {
         let mem = &mut self.memory[rank];
         match &step.op.kind {
-            OpKind::Alloc { t, elems, dtype, .. } => {
+            OpKind::Alloc {
+                t, elems, dtype, ..
+            } => {
                 // Contents are undefined; the validator guarantees they are never read.
                 let dtype = crate::schedule::elem_type(*dtype);
                 let n = usize::try_from(*elems).unwrap_or(0);

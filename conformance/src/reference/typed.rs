@@ -48,7 +48,7 @@ fn encode_small(l: &Layout, v: f64) -> u64 {
     if a == 0 {
         return sign;
     }
-    let e = 63 - a.leading_zeros();
+    let e = a.ilog2();
     let rest = a - (1 << e);
     let man = if e <= l.man_bits {
         rest << (l.man_bits - e)
@@ -66,12 +66,15 @@ fn decode_small(l: &Layout, b: u64) -> f64 {
     let man = b & ((1 << l.man_bits) - 1);
     let exp = (b >> l.man_bits) & ((1 << l.exp_bits) - 1);
     let negative = (b >> (l.exp_bits + l.man_bits)) & 1 == 1;
-    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_possible_wrap
+    )]
     let magnitude = if exp == 0 {
         man as f64 * 2f64.powi(1 - l.bias - l.man_bits as i32)
     } else {
-        ((1u64 << l.man_bits) + man) as f64
-            * 2f64.powi(exp as i32 - l.bias - l.man_bits as i32)
+        ((1u64 << l.man_bits) + man) as f64 * 2f64.powi(exp as i32 - l.bias - l.man_bits as i32)
     };
     if negative { -magnitude } else { magnitude }
 }
@@ -120,9 +123,8 @@ pub(crate) fn get_int(dtype: DType, b: &[u8]) -> i128 {
 
 /// The value `upload` stores for pattern value `u` (0..251): `u - 125` for f32, f64 and
 /// the signed integers, `u` for the unsigned ones, `(u mod 15) - 7` for f16, bf16 and fp8.
-#[allow(clippy::cast_possible_wrap)] // u < 251
 pub(crate) fn upload_value(dtype: DType, u: u64) -> i128 {
-    let u = u as i128;
+    let u = i128::from(u);
     match dtype {
         DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => u % 15 - 7,
         _ if dtype.is_unsigned_integer() => u,
@@ -157,6 +159,7 @@ pub(crate) fn int_range(dtype: DType) -> (i128, i128) {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact integers: equality is the point
 mod tests {
     use super::*;
 

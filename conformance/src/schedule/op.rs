@@ -155,11 +155,7 @@ pub enum OpKind {
         /// Number of elements of `dtype`.
         elems: u64,
         /// Element type (default `f32`); the tensor's bytes are `elems` x its size.
-        #[serde(
-            default,
-            with = "dtype_field",
-            skip_serializing_if = "Option::is_none"
-        )]
+        #[serde(default, with = "dtype_field", skip_serializing_if = "Option::is_none")]
         dtype: Option<DType>,
         /// Allocation stream (default: the current stream).
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -149,7 +149,9 @@ impl<'a> RankWalk<'a> {
         for op in s.phase_ops(phase).iter().filter(|op| op.runs_on(self.rank)) {
             let size = |t: &str| self.sizes.get(t).copied().unwrap_or(0);
             let touched = match &op.kind {
-                OpKind::Alloc { t, elems, dtype, .. } => {
+                OpKind::Alloc {
+                    t, elems, dtype, ..
+                } => {
                     let elem_bytes = crate::schedule::elem_type(*dtype).size_bytes();
                     let bytes = elems.saturating_mul(elem_bytes);
                     let old_size = self.elem_bytes.insert(t.as_str(), elem_bytes).unwrap_or(4);

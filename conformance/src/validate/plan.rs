@@ -146,7 +146,9 @@ fn rank_events(s: &Schedule, topo: &Topology, rank: usize) -> Vec<Event> {
             partner: None,
         };
         let kind = match &step.op.kind {
-            OpKind::Alloc { t, elems, dtype, .. } => {
+            OpKind::Alloc {
+                t, elems, dtype, ..
+            } => {
                 sizes.insert(t.clone(), (*elems, crate::schedule::elem_type(*dtype)));
                 continue;
             }
