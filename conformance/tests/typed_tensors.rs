@@ -111,6 +111,18 @@ fn ops_across_types_are_refused_naming_both() {
         ),
         &["i32 here, u32 at the peer"],
     );
+    // The members of one collective in different types.
+    refused(
+        "cross-collective.json",
+        &schedule(
+            2,
+            r#"{"op": "alloc", "t": "g", "elems": 16, "dtype": "bf16", "ranks": [0]},
+               {"op": "alloc", "t": "g", "elems": 16, "ranks": [1]},
+               {"op": "upload", "t": "g", "seed": 1}, {"op": "all_reduce", "t": "g"},
+               {"op": "free", "t": "g"}"#,
+        ),
+        &["all_reduce(16) dtype=bf16"],
+    );
 }
 
 /// The issue's example: 64 ranks of seed 7 over 4,096 bf16 elements reach 257 > 2^8;
