@@ -348,3 +348,26 @@ fn typed_suite_schedules_pass_on_the_mock_in_every_mode() {
         }
     }
 }
+
+/// The RFC suite's digests from before typed tensors (run with `--ignored`: building the
+/// suite takes longer than CI's budget for this check).
+#[test]
+#[ignore = "builds the RFC suite (about 30 s): run with --ignored"]
+fn rfc_suite_digests_are_unchanged() {
+    let pinned = [
+        ("moe-mixed-rfc", "06d11da008233890", 655_360),
+        ("late-wait-rfc", "92580a424cf57ce5", 524_288),
+        ("fsdp-large-rfc", "73e6b9290247b74b", 96_468_992),
+    ];
+    let entries = suite("rfc").expect("rfc suite builds");
+    assert_eq!(entries.len(), pinned.len());
+    for (e, (name, digest, peak)) in entries.iter().zip(pinned) {
+        let r = &e.valid.reference;
+        assert_eq!(e.valid.schedule.name, name);
+        assert_eq!(
+            (r.digest.as_str(), r.live_peak_bytes),
+            (digest, peak),
+            "{name}"
+        );
+    }
+}

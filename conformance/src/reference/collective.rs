@@ -252,3 +252,49 @@ fn overflow(members: &[(usize, &OpKind)], dtype: DType, reached: i128) -> Overfl
         reached,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bf16(values: &[f64]) -> Vec<u8> {
+        let mut out = vec![0u8; values.len() * 2];
+        for (o, &v) in out.chunks_exact_mut(2).zip(values) {
+            typed::put_float(DType::BF16, v, o);
+        }
+        out
+    }
+
+    /// The bound is inclusive: absolute totals of exactly 2^8 pass in bf16, 257 does not.
+    #[test]
+    fn the_bf16_bound_is_inclusive() {
+        let (a, b) = (bf16(&[128.0, -100.0]), bf16(&[128.0, 156.0]));
+        let (out, excess) = reduce(DType::BF16, &[&a, &b], ReduceOp::Sum);
+        assert_eq!(excess, None);
+        assert_eq!(out, bf16(&[256.0, 56.0]));
+        let c = bf16(&[129.0, 0.0]);
+        assert_eq!(reduce(DType::BF16, &[&a, &c], ReduceOp::Sum).1, Some(257));
+        // A product's bound: 16 x 16 = 2^8 passes, and a zero factor hides nothing.
+        let (x, y, z) = (bf16(&[16.0]), bf16(&[-16.0]), bf16(&[0.0]));
+        assert_eq!(reduce(DType::BF16, &[&x, &y], ReduceOp::Prod).1, None);
+        assert_eq!(
+            reduce(DType::BF16, &[&x, &y, &x, &z], ReduceOp::Prod).1,
+            Some(4096)
+        );
+    }
+
+    /// Integer sums are judged by their positive and negative totals (any order's
+    /// intermediates), products by their magnitude.
+    #[test]
+    fn integer_ranges_cover_every_order() {
+        let (a, b) = ([100u8], [156u8]);
+        assert_eq!(
+            reduce(DType::U8, &[&a, &b], ReduceOp::Sum),
+            (vec![0], Some(256))
+        );
+        let (p, n) = ([100u8], [(-100i8).to_le_bytes()[0]]);
+        // 100 + 100 - 100: the final value fits i8, the intermediate 200 does not.
+        assert_eq!(reduce(DType::I8, &[&p, &p, &n], ReduceOp::Sum).1, Some(200));
+        assert_eq!(reduce(DType::I8, &[&p, &n], ReduceOp::Sum).1, None);
+    }
+}
