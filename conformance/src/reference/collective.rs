@@ -275,10 +275,13 @@ mod tests {
         let c = bf16(&[129.0, 0.0]);
         assert_eq!(reduce(DType::BF16, &[&a, &c], ReduceOp::Sum).1, Some(257));
         // A product's bound: 16 x 16 = 2^8 passes, and a zero factor hides nothing.
-        let (x, y, z) = (bf16(&[16.0]), bf16(&[-16.0]), bf16(&[0.0]));
-        assert_eq!(reduce(DType::BF16, &[&x, &y], ReduceOp::Prod).1, None);
+        let (plus, minus, zero) = (bf16(&[16.0]), bf16(&[-16.0]), bf16(&[0.0]));
         assert_eq!(
-            reduce(DType::BF16, &[&x, &y, &x, &z], ReduceOp::Prod).1,
+            reduce(DType::BF16, &[&plus, &minus], ReduceOp::Prod).1,
+            None
+        );
+        assert_eq!(
+            reduce(DType::BF16, &[&plus, &minus, &plus, &zero], ReduceOp::Prod).1,
             Some(4096)
         );
     }
