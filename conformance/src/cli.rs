@@ -166,12 +166,22 @@ pub struct GenerateArgs {
     /// decimal KB/MB/GB are refused).
     #[arg(long, value_name = "SIZE", value_parser = crate::size::size_arg, allow_hyphen_values = true)]
     pub device_memory: Option<u64>,
+    /// Element type of every tensor: f32 (default), f16, bf16, f64, i8, u8, i32, u32, i64,
+    /// u64, f8e4m3, f8e5m2.
+    #[arg(long, value_name = "TYPE", value_parser = dtype_arg)]
+    pub dtype: Option<memreuse_core::DType>,
     /// The schedule's `name` (default: the preset's name).
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// Output file (parent directories are created).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
+}
+
+/// `--dtype`: a name of [`memreuse_core::DType::NAMES`]; the error lists them.
+fn dtype_arg(s: &str) -> Result<memreuse_core::DType, String> {
+    s.parse()
+        .map_err(|e: memreuse_core::comm::UnknownName| e.to_string())
 }
 
 /// Exit status for a usage error or an invalid schedule.
@@ -310,6 +320,7 @@ fn generate_file(args: &GenerateArgs) -> ExitCode {
         world_size: args.world_size,
         seed: args.seed.unwrap_or(d.seed),
         device_memory: args.device_memory,
+        dtype: args.dtype,
     };
     let schedule = match generate(&args.preset, &opts) {
         Ok(mut s) => {

@@ -117,6 +117,38 @@ fn single_device() -> Result<Vec<SuiteEntry>, SuiteError> {
     .collect::<Result<_, _>>()
 }
 
+/// The typed-tensor schedules (docs/schedule-format.md "Typed tensors"): bf16, f16, i64
+/// and u8, and one step mixing six types.
+fn typed() -> Vec<Result<SuiteEntry, SuiteError>> {
+    vec![
+        embedded(
+            "bf16-gradients.json",
+            include_str!("../suite/bf16-gradients.json"),
+            false,
+        ),
+        embedded(
+            "f16-shards.json",
+            include_str!("../suite/f16-shards.json"),
+            false,
+        ),
+        embedded(
+            "i64-indices.json",
+            include_str!("../suite/i64-indices.json"),
+            false,
+        ),
+        embedded(
+            "u8-buffers.json",
+            include_str!("../suite/u8-buffers.json"),
+            false,
+        ),
+        embedded(
+            "mixed-precision-step.json",
+            include_str!("../suite/mixed-precision-step.json"),
+            false,
+        ),
+    ]
+}
+
 /// Builds suite `name`.
 pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
     let d = GenOptions::default();
@@ -164,6 +196,7 @@ pub fn suite(name: &str) -> Result<Vec<SuiteEntry>, SuiteError> {
                 ),
             ]
             .into_iter()
+            .chain(typed())
             .collect::<Result<_, _>>()?;
             entries.extend(single_device()?);
             Ok(entries)

@@ -37,8 +37,8 @@ fn e1_checks_hold_the_summed_buckets() {
             .sum()
     };
     assert_eq!(c.tensor, "sum");
-    assert_eq!(c.values.len(), 1024);
-    assert_eq!(c.values[5], expect(5));
+    assert_eq!(c.f32_values().len(), 1024);
+    assert_eq!(c.f32_values()[5], expect(5));
     // 3 body checks + 1 teardown check per rank.
     assert_eq!(valid.reference.checks[1].len(), 4);
 }

@@ -94,7 +94,8 @@ fn integers_are_range_checked() {
         r#"[{"op":"alloc","t":"a","elems":1.5}]"#,
         r#"[{"op":"alloc","t":"a","elems":"16"}]"#,
         r#"[{"op":"sync","ranks":[-1]}]"#,
-        r#"[{"op":"all_reduce","t":"a","reduce":"prod"}]"#,
+        r#"[{"op":"all_reduce","t":"a","reduce":"avg"}]"#,
+        r#"[{"op":"alloc","t":"a","elems":16,"dtype":"float"}]"#,
         r#"[{"op":"all_reduce","t":"a","async":"yes"}]"#,
     ] {
         let e = err(&with_body(bad));

@@ -85,15 +85,21 @@ fn collectives_compute_exact_results() {
         .map(|i| a(2, i))
         .chain((0..16).map(|i| a(0, i)))
         .collect();
-    assert_eq!(c[0][0].values, g0);
+    assert_eq!(c[0][0].f32_values(), g0);
     // reduce_scatter(max) of two identical gathers: chunk 1 for group rank 1.
-    assert_eq!(c[0][1].values, g0[16..].to_vec());
+    assert_eq!(c[0][1].f32_values(), g0[16..].to_vec());
     // all_to_all of identical inputs: chunk (group rank) of each member.
     let x0: Vec<f32> = g0[16..].iter().chain(&g0[16..]).copied().collect();
-    assert_eq!(c[0][2].values, x0);
+    assert_eq!(c[0][2].f32_values(), x0);
     // broadcast from group rank 1 of [2, 0] = rank 0's own a; rank 2 receives it.
-    assert_eq!(c[2][3].values, (0..16).map(|i| a(0, i)).collect::<Vec<_>>());
-    assert_eq!(c[3][3].values, (0..16).map(|i| a(3, i)).collect::<Vec<_>>());
+    assert_eq!(
+        c[2][3].f32_values(),
+        (0..16).map(|i| a(0, i)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        c[3][3].f32_values(),
+        (0..16).map(|i| a(3, i)).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -108,9 +114,9 @@ fn recv_sees_the_tensor_as_it_was_at_the_send() {
             {"op": "check", "t": "a"}, {"op": "free", "t": "a"}, {"op": "free", "t": "pad", "ranks": [1]}
         ]),
     ));
-    assert_eq!(s.reference.checks[0][0].values, vec![0.0; 16]);
+    assert_eq!(s.reference.checks[0][0].f32_values(), vec![0.0; 16]);
     assert_eq!(
-        s.reference.checks[1][0].values,
+        s.reference.checks[1][0].f32_values(),
         (0..16).map(|i| up(0, 0, 1, i)).collect::<Vec<_>>()
     );
 }

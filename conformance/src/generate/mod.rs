@@ -15,7 +15,9 @@ mod ops;
 mod pp;
 mod tp;
 
-use crate::schedule::Schedule;
+use memreuse_core::DType;
+
+use crate::schedule::{OpKind, Schedule};
 
 /// Options shared by all presets. Sizes are rounded up to what a preset needs (multiples
 /// of 16 elements for aligned copies, times the group size where tensors are chunked).
@@ -34,6 +36,9 @@ pub struct GenOptions {
     /// `device_memory` of the schedule; `None`: unset (or the preset's own, for
     /// `oom-pressure`).
     pub device_memory: Option<u64>,
+    /// Element type of every tensor (`--dtype`); `None`: f32, written without `dtype`.
+    /// Sizes stay in elements, so the bytes scale with the type.
+    pub dtype: Option<DType>,
 }
 
 impl Default for GenOptions {
@@ -45,6 +50,7 @@ impl Default for GenOptions {
             world_size: None,
             seed: 1,
             device_memory: None,
+            dtype: None,
         }
     }
 }
@@ -164,7 +170,10 @@ pub fn generate(name: &str, opts: &GenOptions) -> Result<Schedule, GenError> {
         .find(|p| p.name == name)
         .ok_or_else(|| GenError::UnknownPreset(name.to_owned()))?;
     bound_options(preset.name, opts)?;
-    let schedule = (preset.generate)(opts)?;
+    let mut schedule = (preset.generate)(opts)?;
+    if let Some(dtype) = opts.dtype.filter(|d| *d != DType::F32) {
+        with_dtype(&mut schedule, dtype);
+    }
     match crate::validate::validate(preset.name, &schedule) {
         Ok(_) => Ok(schedule),
         Err(errors) => Err(GenError::Unsupported {
@@ -176,6 +185,23 @@ pub fn generate(name: &str, opts: &GenOptions) -> Result<Schedule, GenError> {
                     .map_or_else(String::new, |e| e.kind.to_string())
             ),
         }),
+    }
+}
+
+/// Makes every tensor of `schedule` an element of `dtype`. Every preset's tensors meet in
+/// copies and collectives, so they all take the one type; a type the preset's ops cannot
+/// use (fp8 under a reduction, bf16 over too many ranks) fails validation and is refused
+/// with that reason.
+fn with_dtype(schedule: &mut Schedule, dtype: DType) {
+    for op in schedule
+        .setup
+        .iter_mut()
+        .chain(&mut schedule.body)
+        .chain(&mut schedule.teardown)
+    {
+        if let OpKind::Alloc { dtype: d, .. } = &mut op.kind {
+            *d = Some(dtype);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub(crate) fn alloc(t: &str, elems: u64) -> Op {
     Op::all(OpKind::Alloc {
         t: t.to_owned(),
         elems,
+        dtype: None,
         stream: None,
     })
 }

@@ -7,7 +7,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::CheckResult;
-use super::collective::{self, Memory};
+use super::collective::{self, Memory, Tensor};
+use super::typed;
 use crate::schedule::{OpKind, Phase, Schedule, Step};
 use crate::validate::kind::ValidationErrorKind as K;
 use crate::validate::plan::{CommPlan, Event, EventKind};
@@ -175,11 +176,7 @@ impl<'a> Engine<'a> {
                                 Some(e.phase),
                                 Some(e.op_index),
                                 Some(q),
-                                K::ExactnessExceeded {
-                                    tensor: bad.tensor,
-                                    magnitude: bad.magnitude,
-                                    iter: e.iter,
-                                },
+                                super::excess_kind(bad.tensor, bad.dtype, bad.reached, e.iter),
                             );
                         }
                     }
@@ -192,18 +189,24 @@ impl<'a> Engine<'a> {
     fn local(&mut self, rank: usize, step: &Step<'_>) {
         let mem = &mut self.memory[rank];
         match &step.op.kind {
-            OpKind::Alloc { t, elems, .. } => {
+            OpKind::Alloc {
+                t, elems, dtype, ..
+            } => {
                 // Contents are undefined; the validator guarantees they are never read.
-                mem.insert(t.clone(), vec![0.0; usize::try_from(*elems).unwrap_or(0)]);
+                let dtype = crate::schedule::elem_type(*dtype);
+                let n = usize::try_from(*elems).unwrap_or(0);
+                let bytes = vec![0; n.saturating_mul(typed::size(dtype))];
+                mem.insert(t.clone(), Tensor { dtype, bytes });
             }
             OpKind::Upload { t, seed } => {
                 if let Some(x) = mem.get_mut(t) {
-                    *x = super::upload_values(*seed, rank, step.iter, x.len() as u64);
+                    x.bytes = super::upload_bytes(x.dtype, *seed, rank, step.iter, x.bytes.len());
                 }
             }
             OpKind::Zero { t } => {
+                // +0 is all-zero bytes in every type.
                 if let Some(x) = mem.get_mut(t) {
-                    x.fill(0.0);
+                    x.bytes.fill(0);
                 }
             }
             OpKind::Copy {
@@ -214,27 +217,35 @@ impl<'a> Engine<'a> {
                 elems,
             } => {
                 let Some(data) = mem.get(src) else { return };
-                let so = src_offset.unwrap_or(0) as usize;
-                let n = elems.map_or(data.len(), |e| e as usize);
-                let Some(chunk) = data.get(so..so.saturating_add(n)).map(<[f32]>::to_vec) else {
+                // Equal types on both sides (validated): offsets scale by one size.
+                let sz = typed::size(data.dtype);
+                let so = src_offset.unwrap_or(0) as usize * sz;
+                let n = elems.map_or(data.bytes.len(), |e| e as usize * sz);
+                let Some(chunk) = data.bytes.get(so..so.saturating_add(n)).map(<[u8]>::to_vec)
+                else {
                     return;
                 };
-                let d = dst_offset.unwrap_or(0) as usize;
+                let d = dst_offset.unwrap_or(0) as usize * sz;
                 if let Some(target) = mem
                     .get_mut(dst)
-                    .and_then(|x| x.get_mut(d..d.saturating_add(n)))
+                    .and_then(|x| x.bytes.get_mut(d..d.saturating_add(n)))
                 {
                     target.copy_from_slice(&chunk);
                 }
             }
             OpKind::Check { t } => {
-                let values = mem.get(t).cloned().unwrap_or_default();
+                let (dtype, bytes) = mem
+                    .get(t)
+                    .map_or((crate::schedule::elem_type(None), Vec::new()), |x| {
+                        (x.dtype, x.bytes.clone())
+                    });
                 self.checks[rank].push(CheckResult {
                     phase: step.phase,
                     iter: step.iter,
                     op_index: step.op_index,
                     tensor: t.clone(),
-                    values,
+                    dtype,
+                    bytes,
                 });
             }
             OpKind::Free { t } => {

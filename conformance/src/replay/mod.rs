@@ -326,7 +326,7 @@ pub fn replay(
     record.race_examples = races.iter().take(5).cloned().collect();
 
     let mut errors = Vec::new();
-    let mut checks: Vec<Vec<Vec<f32>>> = Vec::new();
+    let mut checks: Vec<Vec<Vec<u8>>> = Vec::new();
     let mut artifacts = Vec::new();
     let mut artifact_errors = Vec::new();
     for o in &outcomes {
@@ -361,8 +361,8 @@ pub fn replay(
     }
     record.step_ms_median = step_median(&outcomes);
     if errors.is_empty() {
-        record.digest = Some(crate::reference::digest_values(
-            checks.iter().flatten().flatten().copied(),
+        record.digest = Some(crate::reference::digest_bytes(
+            checks.iter().flatten().map(Vec::as_slice),
         ));
     }
     // A file asked for and not written fails the run: the user would otherwise find a

@@ -8,8 +8,8 @@ use std::time::Instant;
 use memreuse_core::allocator::{CachingAllocator, Storage};
 use memreuse_core::comm::ReduceOp as CommReduce;
 use memreuse_core::observe::{DeviceMetrics, GroupMetrics, MetricsReport};
-use memreuse_core::process_group::{P2pOp, PgError, ProcessGroup, Work, WorkSpan};
-use memreuse_core::{AnyBackend, Backend, DevicePtr, DynStream, RankEndpoint, StreamId};
+use memreuse_core::process_group::{CommBuffer, P2pOp, PgError, ProcessGroup, Work, WorkSpan};
+use memreuse_core::{AnyBackend, Backend, DType, DevicePtr, DynStream, RankEndpoint, StreamId};
 
 use super::capture::{Capture, artifact_stem};
 use super::rank_outcome::RankOutcome;
@@ -21,6 +21,7 @@ type B = AnyBackend;
 fn reduce(op: Option<ReduceOp>) -> CommReduce {
     match op.unwrap_or_default() {
         ReduceOp::Sum => CommReduce::Sum,
+        ReduceOp::Prod => CommReduce::Prod,
         ReduceOp::Max => CommReduce::Max,
         ReduceOp::Min => CommReduce::Min,
     }
@@ -39,6 +40,8 @@ struct RankState<'s> {
     streams: HashMap<String, DynStream>,
     current: DynStream,
     tensors: HashMap<String, Storage<B>>,
+    /// Element type of each live tensor (communication ops name it to the backend).
+    dtypes: HashMap<String, DType>,
     works: HashMap<String, Work<B>>,
 }
 
@@ -86,7 +89,8 @@ pub(crate) fn run_rank(
             state.backend.set_op_label(&format!("rank {rank} {label}"));
             if let Some(values) = state.execute(&step).map_err(|e| format!("{label}: {e}"))? {
                 let want = expected.get(check_index);
-                if want.is_none_or(|w| !bits_equal(&w.values, &values)) {
+                // Bit for bit: the bytes of each value in its own type.
+                if want.is_none_or(|w| w.bytes != values) {
                     out.mismatches += 1;
                 }
                 out.checks.push(values);
@@ -146,10 +150,6 @@ pub(crate) fn run_rank(
     out
 }
 
-fn bits_equal(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
 #[allow(clippy::needless_pass_by_value)] // used as `map_err(pg_err)`
 fn pg_err(e: PgError) -> String {
     e.to_string()
@@ -202,6 +202,7 @@ impl<'s> RankState<'s> {
             streams,
             current: compute,
             tensors: HashMap::new(),
+            dtypes: HashMap::new(),
             works: HashMap::new(),
         })
     }
@@ -210,6 +211,18 @@ impl<'s> RankState<'s> {
         self.tensors
             .get(name)
             .ok_or_else(|| format!("tensor `{name}` is not live"))
+    }
+
+    /// Live tensor `name` as a buffer of its element type.
+    fn buffer(&self, name: &str) -> Result<CommBuffer<'_, B>, String> {
+        let dtype = self.elem(name);
+        Ok(CommBuffer::new(self.tensor(name)?, dtype))
+    }
+
+    /// The element type of tensor `name` (f32 when not live: [`RankState::tensor`] says
+    /// why).
+    fn elem(&self, name: &str) -> DType {
+        self.dtypes.get(name).copied().unwrap_or(DType::F32)
     }
 
     fn stream(&self, name: &str) -> Result<&DynStream, String> {
@@ -244,30 +257,33 @@ impl<'s> RankState<'s> {
     }
 
     /// Executes one op; returns the read-back values of a `check`.
-    fn execute(&mut self, step: &Step<'_>) -> Result<Option<Vec<f32>>, String> {
+    fn execute(&mut self, step: &Step<'_>) -> Result<Option<Vec<u8>>, String> {
         let cur = self.current.clone();
         let be = |e: memreuse_core::BackendError| e.to_string();
         match &step.op.kind {
-            OpKind::Alloc { t, elems, stream } => {
+            OpKind::Alloc {
+                t,
+                elems,
+                dtype,
+                stream,
+            } => {
                 let s = match stream {
                     Some(n) => self.stream(n)?.clone(),
                     None => cur,
                 };
+                let dtype = crate::schedule::elem_type(*dtype);
                 let storage = self
                     .allocator
-                    .allocate(elems * 4, &s)
+                    .allocate(elems * dtype.size_bytes(), &s)
                     .map_err(|e| e.to_string())?;
                 self.tensors.insert(t.clone(), storage);
+                self.dtypes.insert(t.clone(), dtype);
             }
             OpKind::Upload { t, seed } => {
                 let storage = self.tensor(t)?;
-                let values = crate::reference::upload_values(
-                    *seed,
-                    self.rank,
-                    step.iter,
-                    storage.requested_size() / 4,
-                );
-                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let len = usize::try_from(storage.requested_size()).map_err(|e| e.to_string())?;
+                let bytes =
+                    crate::reference::upload_bytes(self.elem(t), *seed, self.rank, step.iter, len);
                 self.backend
                     .copy_host_to_device(storage.ptr(), &bytes, &cur)
                     .map_err(be)?;
@@ -286,11 +302,13 @@ impl<'s> RankState<'s> {
                 elems,
             } => {
                 let (s, d) = (self.tensor(src)?, self.tensor(dst)?);
-                let n = elems.unwrap_or(s.requested_size() / 4);
-                let sp = DevicePtr(s.ptr().addr() + src_offset.unwrap_or(0) * 4);
-                let dp = DevicePtr(d.ptr().addr() + dst_offset.unwrap_or(0) * 4);
+                // Both tensors have this type (validated): offsets and lengths scale by it.
+                let size = self.elem(src).size_bytes();
+                let n = elems.unwrap_or(s.requested_size() / size);
+                let sp = DevicePtr(s.ptr().addr() + src_offset.unwrap_or(0) * size);
+                let dp = DevicePtr(d.ptr().addr() + dst_offset.unwrap_or(0) * size);
                 self.backend
-                    .copy_device_to_device(dp, sp, n * 4, &cur)
+                    .copy_device_to_device(dp, sp, n * size, &cur)
                     .map_err(be)?;
             }
             OpKind::AllReduce {
@@ -302,7 +320,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(group.as_deref())?
-                    .all_reduce(self.tensor(t)?, reduce(*r), &cur, *is_async)
+                    .all_reduce(self.buffer(t)?, reduce(*r), &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -315,7 +333,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(group.as_deref())?
-                    .all_gather(self.tensor(input)?, self.tensor(out)?, &cur, *is_async)
+                    .all_gather(self.buffer(input)?, self.buffer(out)?, &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -330,8 +348,8 @@ impl<'s> RankState<'s> {
                 let w = self
                     .group(group.as_deref())?
                     .reduce_scatter(
-                        self.tensor(input)?,
-                        self.tensor(out)?,
+                        self.buffer(input)?,
+                        self.buffer(out)?,
                         reduce(*r),
                         &cur,
                         *is_async,
@@ -348,7 +366,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(group.as_deref())?
-                    .all_to_all(self.tensor(input)?, self.tensor(out)?, &cur, *is_async)
+                    .all_to_all(self.buffer(input)?, self.buffer(out)?, &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -361,7 +379,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(group.as_deref())?
-                    .broadcast(self.tensor(t)?, root.unwrap_or(0), &cur, *is_async)
+                    .broadcast(self.buffer(t)?, root.unwrap_or(0), &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -373,7 +391,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(None)?
-                    .send(self.tensor(t)?, *peer, &cur, *is_async)
+                    .send(self.buffer(t)?, *peer, &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -385,7 +403,7 @@ impl<'s> RankState<'s> {
             } => {
                 let w = self
                     .group(None)?
-                    .recv(self.tensor(t)?, *peer, &cur, *is_async)
+                    .recv(self.buffer(t)?, *peer, &cur, *is_async)
                     .map_err(pg_err)?;
                 self.keep(w, *is_async, work.as_deref());
             }
@@ -428,6 +446,7 @@ impl<'s> RankState<'s> {
                     .ok_or_else(|| format!("work `{work}` is not pending"))?;
             }
             OpKind::Free { t } => {
+                self.dtypes.remove(t);
                 self.tensors
                     .remove(t)
                     .ok_or_else(|| format!("tensor `{t}` is not live"))?;
@@ -450,11 +469,7 @@ impl<'s> RankState<'s> {
                 self.backend
                     .copy_device_to_host(&mut bytes, storage.ptr(), &cur)
                     .map_err(be)?;
-                let values = bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
-                return Ok(Some(values));
+                return Ok(Some(bytes));
             }
             OpKind::EmptyCache => self.allocator.empty_cache().map_err(|e| e.to_string())?,
             OpKind::Delay { us, stream } => {

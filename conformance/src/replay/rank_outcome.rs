@@ -8,8 +8,9 @@ use super::capture::Artifact;
 pub struct RankOutcome {
     /// Global rank.
     pub rank: usize,
-    /// The contents of every `check`, in program order.
-    pub checks: Vec<Vec<f32>>,
+    /// The contents of every `check` (the bytes of each value in its own type), in
+    /// program order.
+    pub checks: Vec<Vec<u8>>,
     /// Checks that differed from the reference.
     pub mismatches: u64,
     /// Bytes still allocated after teardown and group shutdown.

@@ -18,6 +18,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+/// The element type of an `alloc`'s optional `dtype`: `f32` when absent.
+pub fn elem_type(dtype: Option<memreuse_core::DType>) -> memreuse_core::DType {
+    dtype.unwrap_or(memreuse_core::DType::F32)
+}
+
 /// The value of `format` every schedule must carry.
 pub const FORMAT: &str = "memreuse.schedule/1";
 /// The reserved group name: the single list of all ranks in order.
@@ -34,8 +39,8 @@ pub const MAX_SCHEDULE_NAME_BYTES: usize = 64;
 /// Longest value echoed in an error message, in characters; longer ones are cut, with
 /// their full length given.
 pub const MAX_ECHO_CHARS: usize = 64;
-/// Largest accepted tensor length in elements (256 MiB of f32): the reference interpreter
-/// materialises every tensor on the host.
+/// Largest accepted tensor length in elements (256 MiB of f32, 512 MiB of f64): the
+/// reference interpreter materialises every tensor on the host.
 pub const MAX_ELEMS: u64 = 1 << 26;
 /// Host memory budget of validating and running one schedule (2 GiB): the validator
 /// estimates the peak (reference tensors, checked values, the expanded program, replay

@@ -4,27 +4,95 @@
 //! `ranks`, which every op may carry. They are split because serde's `flatten` cannot be
 //! combined with `deny_unknown_fields`, and unknown fields must be rejected everywhere.
 
+use memreuse_core::DType;
 use serde::{Deserialize, Serialize};
 
 /// Element-wise reduction of `all_reduce` and `reduce_scatter`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+///
+/// `avg` is left out on purpose (docs/schedule-format.md "Typed tensors"): a division by
+/// the rank count is not exact in general, and every schedule result must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     /// Sum (the default).
     #[default]
     Sum,
+    /// Product.
+    Prod,
     /// Maximum.
     Max,
     /// Minimum.
     Min,
 }
 
-impl std::fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl ReduceOp {
+    /// The names a schedule's `reduce` accepts, as one line for error messages.
+    pub const NAMES: &'static str = "sum, prod, max, min";
+
+    /// The name as written in `reduce`.
+    pub fn name(self) -> &'static str {
+        match self {
             Self::Sum => "sum",
+            Self::Prod => "prod",
             Self::Max => "max",
             Self::Min => "min",
+        }
+    }
+}
+
+impl std::fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ReduceOp {
+    /// Accepts [`ReduceOp::NAMES`]; `avg` gets its own reason (it is a reduction the
+    /// library has, but no schedule may use).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        match name.as_str() {
+            "sum" => Ok(Self::Sum),
+            "prod" => Ok(Self::Prod),
+            "max" => Ok(Self::Max),
+            "min" => Ok(Self::Min),
+            "avg" => Err(serde::de::Error::custom(format!(
+                "reduce \"avg\" is not allowed in schedules (its results are not exact in \
+                 general); valid are {}",
+                Self::NAMES
+            ))),
+            other => Err(serde::de::Error::custom(format!(
+                "unknown reduce {:?}: valid are {}",
+                super::echo::clip(other),
+                Self::NAMES
+            ))),
+        }
+    }
+}
+
+/// serde of `alloc`'s optional `dtype` by its name ([`DType::NAMES`]); an unknown name is
+/// an error that lists the valid ones.
+mod dtype_field {
+    use memreuse_core::DType;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    // serde's `serialize_with` takes a reference to the field.
+    #[allow(clippy::ref_option, clippy::trivially_copy_pass_by_ref)]
+    pub(super) fn serialize<S: Serializer>(v: &Option<DType>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(t) => s.serialize_str(t.name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DType>, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse::<DType>().map(Some).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "unknown dtype {:?}: valid are {}",
+                super::super::echo::clip(&name),
+                DType::NAMES
+            ))
         })
     }
 }
@@ -80,12 +148,15 @@ impl BatchMember {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum OpKind {
-    /// Allocates `t` with `elems` f32 elements; contents undefined.
+    /// Allocates `t` with `elems` elements of `dtype`; contents undefined.
     Alloc {
         /// Tensor name.
         t: String,
-        /// Number of f32 elements.
+        /// Number of elements of `dtype`.
         elems: u64,
+        /// Element type (default `f32`); the tensor's bytes are `elems` x its size.
+        #[serde(default, with = "dtype_field", skip_serializing_if = "Option::is_none")]
+        dtype: Option<DType>,
         /// Allocation stream (default: the current stream).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<String>,

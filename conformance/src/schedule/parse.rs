@@ -217,6 +217,13 @@ fn classify(err: &serde_json::Error) -> ParseErrorKind {
         ParseErrorKind::UnknownOp(quoted())
     } else if msg.starts_with("missing field") {
         ParseErrorKind::MissingField(quoted())
+    } else if msg.starts_with("unknown dtype")
+        || msg.starts_with("unknown reduce")
+        || msg.starts_with("reduce \"avg\"")
+    {
+        // Built by the op model with the given name already clipped: kept whole so that
+        // the list of valid names survives.
+        ParseErrorKind::InvalidValue(msg)
     } else {
         ParseErrorKind::InvalidValue(clip(&msg))
     }

@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use memreuse_core::DType;
+
 use super::kind::ValidationErrorKind as K;
 use super::sink::Sink;
 use crate::schedule::{BatchMember, COMPUTE, OpKind, Phase, Schedule, Step, Topology};
@@ -64,6 +66,7 @@ enum CommKey {
 
 struct Tensor {
     elems: u64,
+    dtype: DType,
     alloc_stream: String,
     init: Intervals,
     /// Foreign streams with uses not yet covered by `record_stream` or a host wait.
@@ -157,6 +160,43 @@ impl Walk<'_> {
         None
     }
 
+    /// The element type of live tensor `name` (f32 for a name that is not live: its
+    /// error is reported by [`Walk::live`]).
+    fn dtype(&self, name: &str) -> DType {
+        self.tensors.get(name).map_or(DType::F32, |t| t.dtype)
+    }
+
+    /// Reports tensors `a` and `b` of op `op` with different element types; `false` then.
+    fn same_type(&self, op: &'static str, a: &str, b: &str, sink: &mut Sink) -> bool {
+        let (ta, tb) = (self.dtype(a), self.dtype(b));
+        if ta != tb {
+            self.err(
+                sink,
+                K::TypeMismatch {
+                    op,
+                    detail: format!("{a:?} is {ta}, {b:?} is {tb}"),
+                },
+            );
+        }
+        ta == tb
+    }
+
+    /// Reports a reduction of `t`, whose type cannot be reduced (fp8); `false` then.
+    fn reducible(&self, op: &'static str, t: &str, sink: &mut Sink) -> bool {
+        let dtype = self.dtype(t);
+        if dtype.is_fp8() {
+            self.err(
+                sink,
+                K::NoReduction {
+                    op,
+                    tensor: t.to_owned(),
+                    dtype,
+                },
+            );
+        }
+        !dtype.is_fp8()
+    }
+
     /// Checks that `start..end` of `name` was written.
     fn require_init(&self, name: &str, start: u64, end: u64, sink: &mut Sink) {
         if let Some(elem) = self
@@ -213,7 +253,12 @@ impl Walk<'_> {
 
     fn step(&mut self, step: &Step<'_>, sink: &mut Sink) {
         match &step.op.kind {
-            OpKind::Alloc { t, elems, stream } => {
+            OpKind::Alloc {
+                t,
+                elems,
+                dtype,
+                stream,
+            } => {
                 if self.tensors.contains_key(t) {
                     self.err(sink, K::ReallocatedWhileLive(t.clone()));
                     return;
@@ -225,6 +270,7 @@ impl Walk<'_> {
                     t.clone(),
                     Tensor {
                         elems: *elems,
+                        dtype: crate::schedule::elem_type(*dtype),
                         alloc_stream,
                         init: Intervals::default(),
                         dirty: BTreeSet::new(),
@@ -317,6 +363,9 @@ impl Walk<'_> {
         let (Some(src_len), Some(dst_len)) = (self.live(src, sink), self.live(dst, sink)) else {
             return;
         };
+        if !self.same_type("copy", src, dst, sink) {
+            return;
+        }
         let (so, dof) = (src_offset.unwrap_or(0), dst_offset.unwrap_or(0));
         let mismatch = |detail: String| K::SizeMismatch { op: "copy", detail };
         let n = if let Some(n) = elems {
@@ -385,6 +434,9 @@ impl Walk<'_> {
         let accesses = match kind {
             OpKind::AllReduce { t, .. } => {
                 self.live(t, sink)?;
+                if !self.reducible("all_reduce", t, sink) {
+                    return None;
+                }
                 vec![access(t, false), access(t, true)]
             }
             OpKind::Broadcast { t, root, .. } => {
@@ -407,6 +459,13 @@ impl Walk<'_> {
             | OpKind::AllToAll { input, out, .. } => {
                 let (i, o) = (self.live(input, sink), self.live(out, sink));
                 let (i, o) = (i?, o?);
+                let name = kind.name();
+                if !self.same_type(name, input, out, sink)
+                    || (matches!(kind, OpKind::ReduceScatter { .. })
+                        && !self.reducible(name, input, sink))
+                {
+                    return None;
+                }
                 let (op, ok, detail) = match kind {
                     OpKind::AllGather { .. } => (
                         "all_gather",

@@ -1,5 +1,7 @@
 //! The reasons a parsed schedule is invalid (docs/schedules.md "Validation").
 
+use memreuse_core::DType;
+
 /// Why a schedule is invalid. Names are the schedule's own (tensor, work, group, stream).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ValidationErrorKind {
@@ -179,17 +181,70 @@ pub enum ValidationErrorKind {
         /// The phase index `iter`.
         iter: u32,
     },
-    /// A value (or a sum's absolute total) beyond 2^24.
+    /// A value, or a reduction's absolute total (sum) or product (prod), beyond the
+    /// floating type's exactness bound 2^(significand bits + 1).
     #[error(
-        "{tensor:?} leaves the exactness bound: |value| up to {magnitude} > 2^24 (iteration {iter})"
+        "{tensor:?} leaves the exactness bound of {dtype}: |value| up to {magnitude} > 2^{bound_exp} (iteration {iter})"
     )]
     ExactnessExceeded {
         /// The tensor written.
         tensor: String,
+        /// Its element type.
+        dtype: DType,
         /// The magnitude reached.
         magnitude: u64,
+        /// The bound's exponent: 11 f16, 8 bf16, 24 f32, 53 f64, 4 f8e4m3, 3 f8e5m2.
+        bound_exp: u32,
         /// The phase index `iter`.
         iter: u32,
+    },
+    /// A value or intermediate of a reduction outside the integer type's range.
+    #[error(
+        "{tensor:?} leaves the range of {dtype} ({min}..={max}): a reduction reaches {reached} (iteration {iter})"
+    )]
+    RangeExceeded {
+        /// The tensor written.
+        tensor: String,
+        /// Its element type.
+        dtype: DType,
+        /// The first value or intermediate outside the range.
+        reached: i128,
+        /// The type's smallest value.
+        min: i128,
+        /// The type's largest value.
+        max: i128,
+        /// The phase index `iter`.
+        iter: u32,
+    },
+    /// An op that combines tensors of different element types.
+    #[error("{op} needs tensors of one element type: {detail}")]
+    TypeMismatch {
+        /// The op.
+        op: &'static str,
+        /// Which tensors have which types.
+        detail: String,
+    },
+    /// A reduction on a type that only takes part in data movement.
+    #[error(
+        "{op} cannot reduce {dtype} tensor {tensor:?}: fp8 types take part in data movement only (all_gather, broadcast, all_to_all, send, recv)"
+    )]
+    NoReduction {
+        /// `all_reduce` or `reduce_scatter`.
+        op: &'static str,
+        /// The tensor.
+        tensor: String,
+        /// Its element type.
+        dtype: DType,
+    },
+    /// Matched send and recv of different element types.
+    #[error("send/recv with peer {peer}: {dtype} here, {peer_dtype} at the peer")]
+    P2pTypeMismatch {
+        /// The peer.
+        peer: usize,
+        /// The type here.
+        dtype: DType,
+        /// The type at the peer.
+        peer_dtype: DType,
     },
     /// An access to a tensor of a pending communication op before waiting for it.
     #[error("{access} {tensor:?} while work {work} still uses it (wait first)")]

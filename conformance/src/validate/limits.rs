@@ -119,6 +119,7 @@ pub fn cost(s: &Schedule) -> Cost {
         let mut walk = RankWalk {
             rank,
             sizes: HashMap::new(),
+            elem_bytes: HashMap::new(),
             now: 0,
             peak: 0,
             element_ops: 0,
@@ -163,6 +164,8 @@ pub fn cost(s: &Schedule) -> Cost {
 struct RankWalk<'a> {
     rank: usize,
     sizes: HashMap<&'a str, u64>,
+    /// Bytes per element of each live name (elems x size is every byte figure).
+    elem_bytes: HashMap<&'a str, u64>,
     now: u64,
     peak: u64,
     element_ops: u64,
@@ -180,11 +183,15 @@ impl<'a> RankWalk<'a> {
         for op in s.phase_ops(phase).iter().filter(|op| op.runs_on(self.rank)) {
             let size = |t: &str| self.sizes.get(t).copied().unwrap_or(0);
             let touched = match &op.kind {
-                OpKind::Alloc { t, elems, .. } => {
-                    let bytes = elems.saturating_mul(4);
+                OpKind::Alloc {
+                    t, elems, dtype, ..
+                } => {
+                    let elem_bytes = crate::schedule::elem_type(*dtype).size_bytes();
+                    let bytes = elems.saturating_mul(elem_bytes);
                     self.small_pool |= bytes <= memreuse_core::allocator::SMALL_SIZE;
+                    let old_size = self.elem_bytes.insert(t.as_str(), elem_bytes).unwrap_or(4);
                     if let Some(old) = self.sizes.insert(t.as_str(), *elems) {
-                        self.now = self.now.saturating_sub(old.saturating_mul(4));
+                        self.now = self.now.saturating_sub(old.saturating_mul(old_size));
                     }
                     self.now = self.now.saturating_add(bytes);
                     self.peak = self.peak.max(self.now);
@@ -192,7 +199,8 @@ impl<'a> RankWalk<'a> {
                 }
                 OpKind::Free { t } => {
                     let old = self.sizes.remove(t.as_str()).unwrap_or(0);
-                    self.now = self.now.saturating_sub(old.saturating_mul(4));
+                    let old_size = self.elem_bytes.remove(t.as_str()).unwrap_or(4);
+                    self.now = self.now.saturating_sub(old.saturating_mul(old_size));
                     0
                 }
                 OpKind::Upload { t, .. }
@@ -202,7 +210,8 @@ impl<'a> RankWalk<'a> {
                 | OpKind::Send { t, .. }
                 | OpKind::Recv { t, .. } => size(t),
                 OpKind::Check { t } => {
-                    checked = checked.saturating_add(size(t).saturating_mul(4));
+                    let elem_bytes = self.elem_bytes.get(t.as_str()).copied().unwrap_or(4);
+                    checked = checked.saturating_add(size(t).saturating_mul(elem_bytes));
                     size(t)
                 }
                 OpKind::Copy { src, elems, .. } => elems.unwrap_or_else(|| size(src)),

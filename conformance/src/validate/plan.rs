@@ -6,13 +6,20 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::kind::ValidationErrorKind as K;
 use super::sink::Sink;
+use memreuse_core::DType;
+
 use crate::schedule::{BatchMember, OpKind, Phase, ReduceOp, Schedule, Topology};
+
+/// Per live tensor name: its elements and element type.
+type Sizes = HashMap<String, (u64, DType)>;
 
 /// What the members of a communicator must agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CollDesc {
     pub(crate) op: &'static str,
     pub(crate) sizes: Vec<Option<u64>>,
+    /// The element type of the first tensor (the dataflow stage makes the others equal).
+    pub(crate) dtype: Option<DType>,
     pub(crate) reduce: Option<ReduceOp>,
     pub(crate) root: Option<usize>,
 }
@@ -26,6 +33,10 @@ impl std::fmt::Display for CollDesc {
             .map(|s| s.map_or("?".to_owned(), |s| s.to_string()))
             .collect();
         write!(f, "({})", sizes.join(", "))?;
+        // f32 is the format's default; another type is named.
+        if let Some(d) = self.dtype.filter(|d| *d != DType::F32) {
+            write!(f, " dtype={d}")?;
+        }
         if let Some(r) = self.reduce {
             write!(f, " reduce={r}")?;
         }
@@ -43,6 +54,7 @@ pub(crate) struct P2pMember {
     pub(crate) peer: usize,
     pub(crate) tensor: String,
     pub(crate) elems: Option<u64>,
+    pub(crate) dtype: Option<DType>,
     /// The matching member: (rank, event index, member index).
     pub(crate) partner: Option<(usize, usize, usize)>,
 }
@@ -85,8 +97,16 @@ pub(crate) struct CommPlan {
     pub(crate) instances: Vec<Instance>,
 }
 
-fn desc(kind: &OpKind, sizes: &HashMap<String, u64>) -> CollDesc {
-    let size = |t: &str| sizes.get(t).copied();
+fn desc(kind: &OpKind, sizes: &Sizes) -> CollDesc {
+    let size = |t: &str| sizes.get(t).map(|s| s.0);
+    let dtype = match kind {
+        OpKind::AllReduce { t, .. } | OpKind::Broadcast { t, .. } => sizes.get(t),
+        OpKind::ReduceScatter { input, .. }
+        | OpKind::AllGather { input, .. }
+        | OpKind::AllToAll { input, .. } => sizes.get(input),
+        _ => None,
+    }
+    .map(|s| s.1);
     let (sizes, reduce, root) = match kind {
         OpKind::AllReduce { t, reduce, .. } => {
             (vec![size(t)], Some(reduce.unwrap_or_default()), None)
@@ -107,25 +127,29 @@ fn desc(kind: &OpKind, sizes: &HashMap<String, u64>) -> CollDesc {
     CollDesc {
         op: kind.name(),
         sizes,
+        dtype,
         reduce,
         root,
     }
 }
 
 fn rank_events(s: &Schedule, topo: &Topology, rank: usize) -> Vec<Event> {
-    let mut sizes: HashMap<String, u64> = HashMap::new();
+    let mut sizes: Sizes = HashMap::new();
     let mut events = Vec::new();
     for (pos, step) in s.rank_steps(rank).enumerate() {
-        let member = |m: &BatchMember, sizes: &HashMap<String, u64>| P2pMember {
+        let member = |m: &BatchMember, sizes: &Sizes| P2pMember {
             send: m.is_send(),
             peer: m.peer(),
             tensor: m.tensor().to_owned(),
-            elems: sizes.get(m.tensor()).copied(),
+            elems: sizes.get(m.tensor()).map(|s| s.0),
+            dtype: sizes.get(m.tensor()).map(|s| s.1),
             partner: None,
         };
         let kind = match &step.op.kind {
-            OpKind::Alloc { t, elems, .. } => {
-                sizes.insert(t.clone(), *elems);
+            OpKind::Alloc {
+                t, elems, dtype, ..
+            } => {
+                sizes.insert(t.clone(), (*elems, crate::schedule::elem_type(*dtype)));
                 continue;
             }
             OpKind::Free { t } => {
@@ -364,6 +388,27 @@ impl CommPlan {
                     peer_elems: se,
                 },
             );
+            return;
+        }
+        let types = (
+            self.member(s.0, s.1, s.2).and_then(|m| m.dtype),
+            self.member(r.0, r.1, r.2).and_then(|m| m.dtype),
+        );
+        if let (Some(st), Some(rt)) = types
+            && st != rt
+        {
+            for (me, other, here, there) in [(s, r, st, rt), (r, s, rt, st)] {
+                self.report(
+                    sink,
+                    me.0,
+                    me.1,
+                    K::P2pTypeMismatch {
+                        peer: other.0,
+                        dtype: here,
+                        peer_dtype: there,
+                    },
+                );
+            }
             return;
         }
         for (me, other) in [(s, r), (r, s)] {
