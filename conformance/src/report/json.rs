@@ -200,6 +200,26 @@ pub struct RunRecord {
     /// present with `declared_outcome`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared_because: Option<String>,
+    /// With `run --smallest-device` (optional field added by memreuse; absent without it):
+    /// the smallest device capacity, in 2 MiB steps, on which this run passes with the
+    /// reference digest, race-free and leak-free (2 MiB less fails); `null` where it was
+    /// not searched (`smallest_device_note` says why).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub smallest_device_bytes: Option<Option<u64>>,
+    /// With `run --smallest-device`: how the capacity was found, or why it was not searched
+    /// (optional field added by memreuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smallest_device_note: Option<String>,
+}
+
+/// Reads a field that is present (a value or `null`) as `Some`; an absent one takes the
+/// `default` (`None`), so `null` and absence stay apart.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 /// The `declared_outcome` of a run that ran out of memory as its schedule declares.
@@ -317,6 +337,8 @@ impl RunRecord {
             device_unmap_calls: None,
             declared_outcome: None,
             declared_because: None,
+            smallest_device_bytes: None,
+            smallest_device_note: None,
         }
     }
 
