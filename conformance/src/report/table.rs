@@ -35,7 +35,10 @@ pub fn render_table(report: &Report) -> String {
         header.insert(2, "config");
     }
     // A smallest-device column, before the status, only with `run --smallest-device`.
-    let has_smallest = report.runs.iter().any(|r| r.smallest_device_bytes.is_some());
+    let has_smallest = report
+        .runs
+        .iter()
+        .any(|r| r.smallest_device_bytes.is_some());
     if has_smallest {
         header.insert(header.len() - 1, "smallest device");
     }

@@ -61,7 +61,11 @@ fn passes(record: &RunRecord) -> bool {
 /// The probe's answer from its record: a backend that ignored the capacity (a real device)
 /// or skipped the run for it cannot be searched.
 fn judge_probe(record: &RunRecord) -> Probe {
-    if record.ignored_options.iter().any(|o| o == "--device-memory") {
+    if record
+        .ignored_options
+        .iter()
+        .any(|o| o == "--device-memory")
+    {
         return Probe::Fixed(format!(
             "backend {} cannot set its device capacity (it ignores --device-memory: its \
              devices have the memory they have)",
@@ -90,24 +94,22 @@ fn refusal(listed: &RunRecord) -> Option<String> {
             "the run does not pass at its own capacity ({})",
             listed.error.as_deref().unwrap_or("error")
         )),
-        _ => Some(
-            "the run does not pass at its own capacity (mismatch, race or leak)".to_owned(),
-        ),
+        _ => Some("the run does not pass at its own capacity (mismatch, race or leak)".to_owned()),
     }
 }
 
 /// Searches the smallest device `entry` passes on with `listed_options` (the listed run's
 /// options; `listed` is its record). `probe` replays at a capacity; [`search`] passes the
 /// real replay, tests a fake.
-fn search_with(
-    listed: &RunRecord,
-    capacity: u64,
-    mut probe: impl FnMut(u64) -> Probe,
-) -> Found {
+fn search_with(listed: &RunRecord, capacity: u64, mut probe: impl FnMut(u64) -> Probe) -> Found {
     if let Some(why) = refusal(listed) {
         return Found::not_searched(why);
     }
-    if listed.ignored_options.iter().any(|o| o == "--device-memory") {
+    if listed
+        .ignored_options
+        .iter()
+        .any(|o| o == "--device-memory")
+    {
         return Found::not_searched(format!(
             "backend {} cannot set its device capacity (it ignores --device-memory)",
             listed.backend
@@ -208,7 +210,11 @@ mod tests {
     fn threshold(need: u64, probed: &mut Vec<u64>) -> impl FnMut(u64) -> Probe + '_ {
         move |bytes| {
             probed.push(bytes);
-            if bytes >= need { Probe::Fits } else { Probe::Fails }
+            if bytes >= need {
+                Probe::Fits
+            } else {
+                Probe::Fails
+            }
         }
     }
 
@@ -228,7 +234,11 @@ mod tests {
     #[test]
     fn an_answer_at_the_live_peak_still_probes_two_mib_below() {
         let mut probed = Vec::new();
-        let found = search_with(&passed("mock", 8 * MIB), 64 * MIB, threshold(8 * MIB, &mut probed));
+        let found = search_with(
+            &passed("mock", 8 * MIB),
+            64 * MIB,
+            threshold(8 * MIB, &mut probed),
+        );
         assert_eq!(found.bytes, Some(8 * MIB));
         assert!(probed.contains(&(6 * MIB)), "{probed:?}");
     }
@@ -242,7 +252,11 @@ mod tests {
             Probe::Fixed(judge_probe_text("cuda"))
         });
         assert_eq!(found.bytes, None);
-        assert!(found.note.contains("cannot set its device capacity"), "{}", found.note);
+        assert!(
+            found.note.contains("cannot set its device capacity"),
+            "{}",
+            found.note
+        );
     }
 
     fn judge_probe_text(backend: &str) -> String {
