@@ -111,7 +111,7 @@ fn the_found_capacity_passes_and_two_mib_less_fails() {
         stdout.contains("smallest device") && stdout.contains("fits at"),
         "{stdout}"
     );
-    for (bytes, passes) in [(found, true), (found - 2 * MIB, false)] {
+    for (bytes, passes, exit) in [(found, true, 0), (found - 2 * MIB, false, 1)] {
         let cap = bytes.to_string();
         let (code, runs, stdout) = run_json(
             &d,
@@ -127,7 +127,7 @@ fn the_found_capacity_passes_and_two_mib_less_fails() {
                 &cap,
             ],
         );
-        assert_eq!(code, Some(if passes { 0 } else { 1 }), "{bytes}: {stdout}");
+        assert_eq!(code, Some(exit), "{bytes}: {stdout}");
         assert_eq!(
             runs[0]["status"] == "passed",
             passes,

@@ -218,6 +218,10 @@ pub struct RunRecord {
 
 /// Reads a field that is present (a value or `null`) as `Some`; an absent one takes the
 /// `default` (`None`), so `null` and absence stay apart.
+#[expect(
+    clippy::option_option,
+    reason = "absent (no --smallest-device), null (not searched) and a number are three answers"
+)]
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
     Option::<u64>::deserialize(d).map(Some)
 }
