@@ -478,4 +478,21 @@ mod tests {
                 || page.contains("<td class=\"why error\">")
         );
     }
+
+    #[test]
+    fn a_smallest_device_table_appears_with_the_flag_only() {
+        let mut report = Report::new();
+        report.runs.push(RunRecord::empty("s", "mock", "0", 1, 1));
+        let page = render_html(&report, &[], &[], &RunMeta::default());
+        assert!(
+            !page.contains("smallest device"),
+            "nothing without the flag"
+        );
+        report.runs[0].smallest_device_bytes = Some(Some(104 << 20));
+        report.runs[0].smallest_device_note = Some("fits at 104.0 MiB, fails at <102>".into());
+        let page = render_html(&report, &[], &[], &RunMeta::default());
+        assert!(page.contains("<th>smallest device</th>"), "{page}");
+        assert!(page.contains("<td>104.0 MiB</td>"), "{page}");
+        assert!(page.contains("fails at &lt;102&gt;"), "escaped: {page}");
+    }
 }

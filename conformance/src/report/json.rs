@@ -460,4 +460,30 @@ mod tests {
         report.runs.push(RunRecord::empty("a", "mock", "0", 2, 1));
         assert!(!report.all_passed_or_skipped());
     }
+
+    #[test]
+    fn smallest_device_is_absent_without_the_flag_and_null_where_not_searched() {
+        let mut r = RunRecord::empty("a", "mock", "0", 2, 1);
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("smallest_device_bytes").is_none(), "{v}");
+        for (bytes, json) in [
+            (None, serde_json::Value::Null),
+            (Some(4 << 20), (4 << 20).into()),
+        ] {
+            r.smallest_device_bytes = Some(bytes);
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["smallest_device_bytes"], json);
+            let back: RunRecord = serde_json::from_value(v).unwrap();
+            assert_eq!(
+                back.smallest_device_bytes,
+                Some(bytes),
+                "null stays apart from absent"
+            );
+        }
+        let absent: RunRecord = serde_json::from_value(
+            serde_json::to_value(RunRecord::empty("a", "mock", "0", 2, 1)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(absent.smallest_device_bytes, None);
+    }
 }

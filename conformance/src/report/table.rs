@@ -234,4 +234,42 @@ mod tests {
         );
         assert!(lines[3].contains("max_split_size_mb:20 |"), "{t}");
     }
+
+    #[test]
+    fn a_smallest_device_column_and_notes_appear_with_the_flag() {
+        let mut report = Report::new();
+        for (mode, bytes) in [("0", Some(104 << 20)), ("1", None)] {
+            let mut r = RunRecord::empty("fsdp", "mock", mode, 2, 1);
+            r.status = RunStatus::Passed;
+            r.smallest_device_bytes = Some(bytes);
+            r.smallest_device_note = Some(format!("note {mode}"));
+            report.runs.push(r);
+        }
+        let t = render_table(&report);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].ends_with("| smallest device | status"), "{t}");
+        assert!(
+            lines[2].contains("104.0 MiB |") && lines[2].ends_with(" passed"),
+            "{t}"
+        );
+        assert!(lines[3].contains("not searched |"), "{t}");
+        assert!(
+            t.contains(
+                "smallest device:\n  fsdp mock mode 0: note 0\n  fsdp mock mode 1: note 1\n"
+            ),
+            "{t}"
+        );
+        report
+            .runs
+            .iter_mut()
+            .for_each(|r| r.smallest_device_bytes = None);
+        report
+            .runs
+            .iter_mut()
+            .for_each(|r| r.smallest_device_note = None);
+        assert!(
+            !render_table(&report).contains("smallest"),
+            "nothing without the flag"
+        );
+    }
 }
