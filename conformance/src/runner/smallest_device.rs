@@ -121,20 +121,36 @@ fn search_with(listed: &RunRecord, capacity: u64, mut probe: impl FnMut(u64) -> 
         probe(steps * STEP)
     };
     // In steps: `hi` fits; `lo` does not (probed, or below the live peak).
-    let mut hi = capacity.div_ceil(STEP);
-    match run(hi) {
-        Probe::Fits => {}
-        Probe::Fixed(why) => return Found::not_searched(why),
-        Probe::Fails => {
-            return Found::not_searched(format!(
-                "the run passed at {} but not at {} under --deterministic",
-                human_bytes(capacity),
-                human_bytes(hi * STEP)
-            ));
-        }
-    }
+    let top = capacity.div_ceil(STEP);
     let mut lo = listed.live_peak_bytes.div_ceil(STEP).saturating_sub(1);
     let mut lo_probed = false;
+    // The listed run never reserved more than its peak, so it most likely fits there too:
+    // probing that first saves the probes between it and a large device.
+    let peak = listed.peak_reserved_bytes.div_ceil(STEP);
+    let mut hi = top;
+    if lo < peak && peak < top {
+        match run(peak) {
+            Probe::Fits => hi = peak,
+            Probe::Fails => {
+                lo = peak;
+                lo_probed = true;
+            }
+            Probe::Fixed(why) => return Found::not_searched(why),
+        }
+    }
+    if hi == top {
+        match run(top) {
+            Probe::Fits => {}
+            Probe::Fixed(why) => return Found::not_searched(why),
+            Probe::Fails => {
+                return Found::not_searched(format!(
+                    "the run passed at {} but not at {} under --deterministic",
+                    human_bytes(capacity),
+                    human_bytes(top * STEP)
+                ));
+            }
+        }
+    }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         match run(mid) {
@@ -197,12 +213,17 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn passed(backend: &str, live: u64) -> RunRecord {
+        passed_with_peak(backend, live, 0)
+    }
+
+    fn passed_with_peak(backend: &str, live: u64, peak: u64) -> RunRecord {
         let mut r = RunRecord::empty("s", backend, "2", 2, 1);
         r.status = RunStatus::Passed;
         r.digest = Some("d".into());
         r.reference_digest = Some("d".into());
         r.races = Some(RaceCounts::default());
         r.live_peak_bytes = live;
+        r.peak_reserved_bytes = peak;
         r
     }
 
@@ -229,6 +250,29 @@ mod tests {
         assert_eq!(found.bytes, Some(104 * MIB), "{found:?}");
         assert!(probed.contains(&(102 * MIB)), "{probed:?}");
         assert!(found.note.contains("fails at 102.0 MiB"), "{}", found.note);
+    }
+
+    #[test]
+    fn the_reserved_peak_is_probed_first_and_the_capacity_only_when_it_fails() {
+        for (need, capacity_probed) in [(103 * MIB, false), (190 * MIB, true)] {
+            let mut probed = Vec::new();
+            let found = search_with(
+                &passed_with_peak("mock", 91 * MIB, 183 * MIB),
+                1 << 30,
+                threshold(need, &mut probed),
+            );
+            assert_eq!(probed[0], 184 * MIB, "{probed:?}");
+            assert_eq!(probed.contains(&(1 << 30)), capacity_probed, "{probed:?}");
+            assert_eq!(
+                found.bytes,
+                Some(need.div_ceil(2 * MIB) * 2 * MIB),
+                "{found:?}"
+            );
+            assert!(
+                probed.contains(&(found.bytes.unwrap() - 2 * MIB)),
+                "{probed:?}"
+            );
+        }
     }
 
     #[test]
