@@ -110,6 +110,9 @@ impl<'a> Session<'a> {
             &self.replay_options(key),
         );
         if self.options.smallest_device {
+            // The probes take longer than the run: the bar says what is going on.
+            self.progress
+                .running(&format!("{}: searching the smallest device", key.label()));
             let found =
                 smallest_device::search(key.entry, &outcome.record, &self.replay_options(key));
             outcome.record.smallest_device_bytes = Some(found.bytes);
