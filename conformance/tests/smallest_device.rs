@@ -165,7 +165,10 @@ fn device_memory_is_the_runs_capacity_and_the_top_of_the_search() {
     let found = run["smallest_device_bytes"].as_u64().expect("found");
     assert!(found <= 64 * MIB, "{run}");
     let note = run["smallest_device_note"].as_str().expect("note");
-    assert!(note.contains("up to 64.0 MiB"), "{note}");
+    assert!(
+        note.contains("below 64.0 MiB, the run's capacity"),
+        "{note}"
+    );
 }
 
 #[test]

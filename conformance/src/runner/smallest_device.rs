@@ -128,6 +128,11 @@ fn search_with(listed: &RunRecord, capacity: u64, mut probe: impl FnMut(u64) -> 
     // probing that first saves the probes between it and a large device.
     let peak = listed.peak_reserved_bytes.div_ceil(STEP);
     let mut hi = top;
+    let first = if lo < peak && peak < top {
+        format!("its reserved peak {}", human_bytes(peak * STEP))
+    } else {
+        human_bytes(top * STEP)
+    };
     if lo < peak && peak < top {
         match run(peak) {
             Probe::Fits => hi = peak,
@@ -179,10 +184,11 @@ fn search_with(listed: &RunRecord, capacity: u64, mut probe: impl FnMut(u64) -> 
     Found {
         bytes: Some(hi * STEP),
         note: format!(
-            "fits at {}, {below} ({probes} probes of 2 MiB steps up to {}, --deterministic; \
-             fitting is not monotonic, so a smaller fitting capacity may lie below a failing one)",
+            "fits at {}, {below} ({probes} --deterministic probes in 2 MiB steps below {}, the \
+             run's capacity, the first at {first}; fitting is not monotonic: a smaller \
+             capacity may fit below a failing one)",
             human_bytes(hi * STEP),
-            human_bytes(capacity.div_ceil(STEP) * STEP)
+            human_bytes(capacity),
         ),
     }
 }
