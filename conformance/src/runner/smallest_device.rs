@@ -9,9 +9,10 @@
 //! strictly monotonic in the capacity (on a smaller device the out-of-memory retry frees
 //! cached blocks and the layout changes), so the answer is a capacity that fits while the
 //! one 2 MiB below it does not (that one is always probed): the smallest such capacity the
-//! bisection meets, not necessarily the smallest of all. `whatif --smallest-device` answers
-//! the same question for a recorded history with the same rule (its search replays a
-//! history, not a schedule, so it is not shared).
+//! bisection meets, not necessarily the smallest of all. Each probe is a whole replay of
+//! every rank, so the search bisects rather than walking every step up from the live peak.
+//! `whatif --smallest-device` answers the same question for a recorded history; its search
+//! replays a history, not a schedule, so it is not shared.
 
 use crate::replay::{DEFAULT_DEVICE_MEMORY, ReplayOptions, replay};
 use crate::report::{RunRecord, RunStatus, human_bytes};
