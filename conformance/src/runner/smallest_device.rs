@@ -40,6 +40,9 @@ impl Found {
     }
 }
 
+/// How often the search goes on below a capacity whose probes disagreed before it stops.
+const MAX_DISAGREEMENTS: usize = 3;
+
 /// One probe's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Probe {
@@ -157,30 +160,66 @@ fn search_with(listed: &RunRecord, capacity: u64, mut probe: impl FnMut(u64) -> 
             }
         }
     }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match run(mid) {
-            Probe::Fits => hi = mid,
-            Probe::Fails => {
-                lo = mid;
-                lo_probed = true;
+    let floor = lo;
+    // Capacities where a failed probe passed when probed again: a run there is not
+    // reproducible even under --deterministic (the watchdog's timing), so the search goes on
+    // below it, a bounded number of times.
+    let mut disagreed: Vec<u64> = Vec::new();
+    let mut verified = true;
+    loop {
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match run(mid) {
+                Probe::Fits => hi = mid,
+                Probe::Fails => {
+                    lo = mid;
+                    lo_probed = true;
+                }
+                Probe::Fixed(why) => return Found::not_searched(why),
+            }
+        }
+        // The step below the answer is probed (again, when the bisection already failed
+        // there), so "2 MiB less fails" is a fact, not an assumption about the live peak or
+        // one probe's luck.
+        if hi == 0 {
+            break;
+        }
+        if disagreed.len() >= MAX_DISAGREEMENTS {
+            verified = false;
+            break;
+        }
+        match run(hi - 1) {
+            Probe::Fails => break,
+            Probe::Fits => {
+                if lo_probed && lo == hi - 1 {
+                    disagreed.push(hi - 1);
+                }
+                hi -= 1;
+                if hi == 0 {
+                    break;
+                }
+                lo = floor.min(hi - 1);
+                lo_probed = false;
             }
             Probe::Fixed(why) => return Found::not_searched(why),
         }
     }
-    // The step below the answer is probed too, so "2 MiB less fails" is a fact, not an
-    // assumption about the live peak.
-    while !lo_probed && hi > 0 {
-        match run(hi - 1) {
-            Probe::Fits => hi -= 1,
-            Probe::Fails => lo_probed = true,
-            Probe::Fixed(why) => return Found::not_searched(why),
-        }
-    }
-    let below = if hi > 0 {
-        format!("fails at {}", human_bytes((hi - 1) * STEP))
+    let below = match (hi, verified) {
+        (0, _) => "fits on an empty device".to_owned(),
+        (_, true) => format!("fails at {}", human_bytes((hi - 1) * STEP)),
+        (_, false) => format!("{} not confirmed", human_bytes((hi - 1) * STEP)),
+    };
+    let below = if disagreed.is_empty() {
+        below
     } else {
-        "fits on an empty device".to_owned()
+        format!(
+            "{below}; not reproducible at {} (a probe failed, the next one there fitted)",
+            disagreed
+                .iter()
+                .map(|s| human_bytes(s * STEP))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     };
     Found {
         bytes: Some(hi * STEP),
@@ -280,6 +319,33 @@ mod tests {
                 "{probed:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_failure_that_does_not_repeat_sends_the_search_on_below_it() {
+        // Fits from 100 MiB up, but the first probe at 116 MiB fails (not reproducible).
+        let mut probed = Vec::new();
+        let found = search_with(
+            &passed_with_peak("mock", 92 * MIB, 200 * MIB),
+            1 << 30,
+            |b| {
+                probed.push(b);
+                let first_at_116 =
+                    b == 116 * MIB && probed.iter().filter(|&&p| p == b).count() == 1;
+                if b >= 100 * MIB && !first_at_116 {
+                    Probe::Fits
+                } else {
+                    Probe::Fails
+                }
+            },
+        );
+        assert_eq!(found.bytes, Some(100 * MIB), "{found:?} {probed:?}");
+        assert!(found.note.contains("fails at 98.0 MiB"), "{}", found.note);
+        assert!(
+            found.note.contains("not reproducible at 116.0 MiB"),
+            "{}",
+            found.note
+        );
     }
 
     #[test]
