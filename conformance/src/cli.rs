@@ -116,6 +116,14 @@ pub struct RunArgs {
     /// `MEMREUSE_ALLOC_CONF` is not read; otherwise the runner uses it.
     #[arg(long = "alloc-conf", value_name = "STRING")]
     pub alloc_confs: Vec<String>,
+    /// For each run, search the smallest device capacity (2 MiB steps, by bisection of
+    /// `--deterministic` probes below the run's own capacity) on which it passes with the
+    /// reference digest, race-free and leak-free; probes are not listed, each run carries
+    /// `smallest_device_bytes` (null where not searched: a failed or skipped run, a backend
+    /// whose capacity cannot be set). With `--device-memory`, that is the run's capacity
+    /// and the top of the search. Refused with `--mode unsafe`.
+    #[arg(long)]
+    pub smallest_device: bool,
 }
 
 impl From<RunArgs> for RunOptions {
@@ -138,6 +146,7 @@ impl From<RunArgs> for RunOptions {
             sync_collectives: args.sync_collectives,
             require_backends: args.require_backends,
             alloc_confs: args.alloc_confs,
+            smallest_device: args.smallest_device,
         }
     }
 }

@@ -271,6 +271,7 @@ pub fn render_html(
             );
         }
         out.push_str("</table>\n");
+        out.push_str(&smallest_device_table(name, report));
         let runs: Vec<&MemorySeries> = series.iter().filter(|s| s.schedule == name).collect();
         // One y-scale for every chart of the schedule, so modes compare by eye.
         let max_y = runs
@@ -325,6 +326,38 @@ pub fn render_html(
         }
     }
     out.push_str("</body></html>\n");
+    out
+}
+
+/// With `run --smallest-device`: per run of schedule `name`, the smallest device it passes
+/// on and how it was found (or why not); empty without the flag.
+fn smallest_device_table(name: &str, report: &Report) -> String {
+    let runs: Vec<_> = report
+        .runs
+        .iter()
+        .filter(|r| r.schedule == name && r.smallest_device_bytes.is_some())
+        .collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "<table><tr><th>backend</th><th>mode</th><th>configuration</th><th>smallest device</th><th>live peak</th><th>how found</th></tr>\n",
+    );
+    for r in runs {
+        let _ = writeln!(
+            out,
+            "<tr><td class=l>{}</td><td>{}</td><td class=l><code>{}</code></td><td>{}</td><td>{}</td><td class=l>{}</td></tr>",
+            escape(&r.backend),
+            escape(&r.mode),
+            escape(conf_label(r.alloc_conf.as_deref())),
+            r.smallest_device_bytes
+                .flatten()
+                .map_or_else(|| "not searched".to_owned(), human_bytes),
+            human_bytes(r.live_peak_bytes),
+            escape(r.smallest_device_note.as_deref().unwrap_or(""))
+        );
+    }
+    out.push_str("</table>\n");
     out
 }
 
@@ -444,5 +477,22 @@ mod tests {
             page.contains("<td class=\"why skipped\">")
                 || page.contains("<td class=\"why error\">")
         );
+    }
+
+    #[test]
+    fn a_smallest_device_table_appears_with_the_flag_only() {
+        let mut report = Report::new();
+        report.runs.push(RunRecord::empty("s", "mock", "0", 1, 1));
+        let page = render_html(&report, &[], &[], &RunMeta::default());
+        assert!(
+            !page.contains("smallest device"),
+            "nothing without the flag"
+        );
+        report.runs[0].smallest_device_bytes = Some(Some(104 << 20));
+        report.runs[0].smallest_device_note = Some("fits at 104.0 MiB, fails at <102>".into());
+        let page = render_html(&report, &[], &[], &RunMeta::default());
+        assert!(page.contains("<th>smallest device</th>"), "{page}");
+        assert!(page.contains("<td>104.0 MiB</td>"), "{page}");
+        assert!(page.contains("fails at &lt;102&gt;"), "escaped: {page}");
     }
 }

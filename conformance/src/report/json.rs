@@ -207,6 +207,30 @@ pub struct RunRecord {
     /// present with `declared_outcome`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared_because: Option<String>,
+    /// With `run --smallest-device` (optional field added by memreuse; absent without it):
+    /// the smallest device capacity, in 2 MiB steps, on which this run passes with the
+    /// reference digest, race-free and leak-free (2 MiB less fails); `null` where it was
+    /// not searched (`smallest_device_note` says why).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub smallest_device_bytes: Option<Option<u64>>,
+    /// With `run --smallest-device`: how the capacity was found, or why it was not searched
+    /// (optional field added by memreuse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smallest_device_note: Option<String>,
+}
+
+/// Reads a field that is present (a value or `null`) as `Some`; an absent one takes the
+/// `default` (`None`), so `null` and absence stay apart.
+#[expect(
+    clippy::option_option,
+    reason = "absent (no --smallest-device), null (not searched) and a number are three answers"
+)]
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 /// The `declared_outcome` of a run that ran out of memory as its schedule declares.
@@ -342,6 +366,8 @@ impl RunRecord {
             device_unmap_calls: None,
             declared_outcome: None,
             declared_because: None,
+            smallest_device_bytes: None,
+            smallest_device_note: None,
         }
     }
 
@@ -458,5 +484,31 @@ mod tests {
         assert!(report.all_passed_or_skipped());
         report.runs.push(RunRecord::empty("a", "mock", "0", 2, 1));
         assert!(!report.all_passed_or_skipped());
+    }
+
+    #[test]
+    fn smallest_device_is_absent_without_the_flag_and_null_where_not_searched() {
+        let mut r = RunRecord::empty("a", "mock", "0", 2, 1);
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("smallest_device_bytes").is_none(), "{v}");
+        for (bytes, json) in [
+            (None, serde_json::Value::Null),
+            (Some(4 << 20), (4 << 20).into()),
+        ] {
+            r.smallest_device_bytes = Some(bytes);
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["smallest_device_bytes"], json);
+            let back: RunRecord = serde_json::from_value(v).unwrap();
+            assert_eq!(
+                back.smallest_device_bytes,
+                Some(bytes),
+                "null stays apart from absent"
+            );
+        }
+        let absent: RunRecord = serde_json::from_value(
+            serde_json::to_value(RunRecord::empty("a", "mock", "0", 2, 1)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(absent.smallest_device_bytes, None);
     }
 }

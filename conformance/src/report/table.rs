@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::human_bytes;
-use super::json::{Report, RunStatus};
+use super::json::{Report, RunRecord, RunStatus};
 use super::verdict::{skip_note_number, skip_notes};
 
 /// Renders the comparison table of a report as plain text. Skip reasons are long and
@@ -33,6 +33,14 @@ pub fn render_table(report: &Report) -> String {
     ];
     if has_confs {
         header.insert(2, "config");
+    }
+    // A smallest-device column, before the status, only with `run --smallest-device`.
+    let has_smallest = report
+        .runs
+        .iter()
+        .any(|r| r.smallest_device_bytes.is_some());
+    if has_smallest {
+        header.insert(header.len() - 1, "smallest device");
     }
     // Every column but the last (the status) is padded.
     let padded = header.len() - 1;
@@ -80,6 +88,9 @@ pub fn render_table(report: &Report) -> String {
                         r.alloc_conf.clone().unwrap_or_else(|| "default".to_owned()),
                     );
                 }
+                if has_smallest {
+                    row.insert(row.len() - 1, smallest_device_cell(r));
+                }
                 row
             })
             .collect();
@@ -108,6 +119,7 @@ pub fn render_table(report: &Report) -> String {
         }
         out.push('\n');
     }
+    smallest_device_notes(&mut out, report);
     if !notes.is_empty() {
         let _ = writeln!(out, "skipped because:");
         for (i, n) in notes.iter().enumerate() {
@@ -116,6 +128,43 @@ pub fn render_table(report: &Report) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The smallest device a run fits on (`run --smallest-device`), or `not searched`.
+fn smallest_device_cell(r: &RunRecord) -> String {
+    match r.smallest_device_bytes {
+        Some(Some(bytes)) => human_bytes(bytes),
+        Some(None) => "not searched".to_owned(),
+        None => String::new(),
+    }
+}
+
+/// After the blocks: how each smallest device was found, or why it was not searched.
+fn smallest_device_notes(out: &mut String, report: &Report) {
+    let noted: Vec<&RunRecord> = report
+        .runs
+        .iter()
+        .filter(|r| r.smallest_device_note.is_some())
+        .collect();
+    if noted.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "smallest device:");
+    for r in noted {
+        let conf = r
+            .alloc_conf
+            .as_ref()
+            .map_or_else(String::new, |c| format!(" conf `{c}`"));
+        let _ = writeln!(
+            out,
+            "  {} {} mode {}{conf}: {}",
+            r.schedule,
+            r.backend,
+            r.mode,
+            r.smallest_device_note.as_deref().unwrap_or("")
+        );
+    }
+    out.push('\n');
 }
 
 #[cfg(test)]
@@ -184,5 +233,43 @@ mod tests {
             "{t}"
         );
         assert!(lines[3].contains("max_split_size_mb:20 |"), "{t}");
+    }
+
+    #[test]
+    fn a_smallest_device_column_and_notes_appear_with_the_flag() {
+        let mut report = Report::new();
+        for (mode, bytes) in [("0", Some(104 << 20)), ("1", None)] {
+            let mut r = RunRecord::empty("fsdp", "mock", mode, 2, 1);
+            r.status = RunStatus::Passed;
+            r.smallest_device_bytes = Some(bytes);
+            r.smallest_device_note = Some(format!("note {mode}"));
+            report.runs.push(r);
+        }
+        let t = render_table(&report);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].ends_with("| smallest device | status"), "{t}");
+        assert!(
+            lines[2].contains("104.0 MiB |") && lines[2].ends_with(" passed"),
+            "{t}"
+        );
+        assert!(lines[3].contains("not searched |"), "{t}");
+        assert!(
+            t.contains(
+                "smallest device:\n  fsdp mock mode 0: note 0\n  fsdp mock mode 1: note 1\n"
+            ),
+            "{t}"
+        );
+        report
+            .runs
+            .iter_mut()
+            .for_each(|r| r.smallest_device_bytes = None);
+        report
+            .runs
+            .iter_mut()
+            .for_each(|r| r.smallest_device_note = None);
+        assert!(
+            !render_table(&report).contains("smallest"),
+            "nothing without the flag"
+        );
     }
 }

@@ -14,6 +14,7 @@ mod outputs;
 mod plan;
 mod progress;
 mod session;
+mod smallest_device;
 mod summary;
 
 use std::process::ExitCode;

@@ -40,4 +40,6 @@ pub struct RunOptions {
     pub require_backends: Vec<String>,
     /// Allocator configurations, one set of runs each (empty: `MEMREUSE_ALLOC_CONF`).
     pub alloc_confs: Vec<String>,
+    /// Search each run's smallest device capacity (`--smallest-device`).
+    pub smallest_device: bool,
 }

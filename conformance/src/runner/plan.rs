@@ -62,6 +62,13 @@ pub fn plan(options: &RunOptions) -> Result<Plan, UsageError> {
         })?,
     };
     let modes = modes(&options.modes)?;
+    if options.smallest_device && modes.contains(&ModeChoice::Unsafe) {
+        return Err(UsageError(
+            "--smallest-device cannot search --mode unsafe: the negative control is meant to \
+             race, so no capacity passes it race-free; valid with it: --mode 0, 1, 2, 3 or all"
+                .to_owned(),
+        ));
+    }
     let (entries, builtin) = entries(options)?;
     for (flag, dir) in [
         ("--snapshot-dir", &options.snapshot_dir),

@@ -9,6 +9,7 @@ use super::options::RunOptions;
 use super::outputs::{Outputs, Rewrites, RunFiles, artifact_links};
 use super::plan::Plan;
 use super::progress::Progress;
+use super::smallest_device;
 use super::summary::{check_required, print_totals, print_verdicts};
 use crate::alloc_conf::AllocConf;
 use crate::replay::{ModeChoice, ReplayOptions, ReplayOutcome, replay};
@@ -103,11 +104,20 @@ impl<'a> Session<'a> {
     /// Replays one run, records it and rewrites the report.
     pub(super) fn run_one(&mut self, key: RunKey<'_>) {
         self.progress.running(&key.label());
-        let outcome = replay(
+        let mut outcome = replay(
             &key.entry.valid.schedule,
             &key.entry.valid.reference,
             &self.replay_options(key),
         );
+        if self.options.smallest_device {
+            // The probes take longer than the run: the bar says what is going on.
+            self.progress
+                .running(&format!("{}: searching the smallest device", key.label()));
+            let found =
+                smallest_device::search(key.entry, &outcome.record, &self.replay_options(key));
+            outcome.record.smallest_device_bytes = Some(found.bytes);
+            outcome.record.smallest_device_note = Some(found.note);
+        }
         self.record(key, outcome);
         self.progress.advance();
         self.write_partial();
