@@ -12,7 +12,7 @@ use super::alloc_error::AllocError;
 use super::callbacks::Registry;
 use super::config::{AllocatorConfig, ConfigError};
 use super::index::{BlockRef, HandOut};
-use super::oom::{AtMiss, OomExplainer, OomHooks, OomObserver, beyond_device, culprits_now};
+use super::oom::{AtMiss, OomHooks, beyond_device};
 use super::pending::EraseOutcome;
 use super::pool::DEFAULT_LANE;
 use super::segment_events::Subscribers;
