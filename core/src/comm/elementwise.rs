@@ -232,9 +232,15 @@ fn f64_to_f8(dtype: DType, v: f64) -> u8 {
             continue;
         }
         let d = (c - mag).abs();
-        match best {
-            Some((b, bd)) if d > bd || (d == bd && code % 2 == 1 && b % 2 == 0) => {}
-            _ => best = Some((code, d)),
+        // Distances are finite and non-negative: `total_cmp` is the plain order. A tie
+        // goes to the even code (round half to even).
+        let worse = best.is_some_and(|(b, bd)| match d.total_cmp(&bd) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => code % 2 == 1 && b % 2 == 0,
+            std::cmp::Ordering::Less => false,
+        });
+        if !worse {
+            best = Some((code, d));
         }
     }
     let (code, _) = best.unwrap_or((0, 0.0));
@@ -296,6 +302,7 @@ pub fn write_f64(dtype: DType, v: f64, dst: &mut [u8]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp, reason = "exact values: conversions must give the very bits")]
 mod tests {
     use super::*;
 

@@ -92,41 +92,52 @@ pub(super) fn element_types_move<B: Backend>(ranks: &[Rank<B>], limit: Duration)
 
 fn move_one<B: Backend>(
     dtype: DType,
-    n: usize,
+    world: usize,
     r: usize,
     dev: &B,
-    c: &dyn Communicator<B>,
+    member: &dyn Communicator<B>,
 ) -> CheckResult {
-    let s = dev.default_stream();
+    let stream = dev.default_stream();
     let bytes = N * size(dtype);
     // Broadcast from the last rank.
     let b = upload(dev, &pattern(dtype, r, 0, N))?;
-    comm("broadcast", c.broadcast(b, N, dtype, n - 1, &s))?;
+    comm(
+        "broadcast",
+        member.broadcast(b, N, dtype, world - 1, &stream),
+    )?;
     let got = download(dev, b, bytes)?;
-    expect_bytes("broadcast", dtype, &got, &pattern(dtype, n - 1, 0, N))?;
+    expect_bytes("broadcast", dtype, &got, &pattern(dtype, world - 1, 0, N))?;
     // All-gather: every rank's input in rank order.
     let input = upload(dev, &pattern(dtype, r, 0, N))?;
-    let gathered = upload(dev, &vec![0u8; n * bytes])?;
-    comm("all_gather", c.all_gather(input, gathered, N, dtype, &s))?;
-    let want: Vec<u8> = (0..n).flat_map(|q| pattern(dtype, q, 0, N)).collect();
-    let got = download(dev, gathered, n * bytes)?;
+    let gathered = upload(dev, &vec![0u8; world * bytes])?;
+    comm(
+        "all_gather",
+        member.all_gather(input, gathered, N, dtype, &stream),
+    )?;
+    let want: Vec<u8> = (0..world).flat_map(|q| pattern(dtype, q, 0, N)).collect();
+    let got = download(dev, gathered, world * bytes)?;
     expect_bytes("all_gather", dtype, &got, &want)?;
     // All-to-all: chunk j of rank i lands in chunk i of rank j.
-    let a2a_in = upload(dev, &pattern(dtype, r, 0, n * N))?;
-    let a2a_out = upload(dev, &vec![0u8; n * bytes])?;
-    comm("all_to_all", c.all_to_all(a2a_in, a2a_out, N, dtype, &s))?;
-    let want: Vec<u8> = (0..n).flat_map(|q| pattern(dtype, q, r * N, N)).collect();
-    let got = download(dev, a2a_out, n * bytes)?;
+    let a2a_in = upload(dev, &pattern(dtype, r, 0, world * N))?;
+    let a2a_out = upload(dev, &vec![0u8; world * bytes])?;
+    comm(
+        "all_to_all",
+        member.all_to_all(a2a_in, a2a_out, N, dtype, &stream),
+    )?;
+    let want: Vec<u8> = (0..world)
+        .flat_map(|q| pattern(dtype, q, r * N, N))
+        .collect();
+    let got = download(dev, a2a_out, world * bytes)?;
     expect_bytes("all_to_all", dtype, &got, &want)?;
     // A ring of send/recv, even ranks sending first (no batch needed).
-    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let (next, prev) = ((r + 1) % world, (r + world - 1) % world);
     let into = upload(dev, &vec![0u8; bytes])?;
     if r % 2 == 0 {
-        comm("send", c.send(input, N, dtype, next, &s))?;
-        comm("recv", c.recv(into, N, dtype, prev, &s))?;
+        comm("send", member.send(input, N, dtype, next, &stream))?;
+        comm("recv", member.recv(into, N, dtype, prev, &stream))?;
     } else {
-        comm("recv", c.recv(into, N, dtype, prev, &s))?;
-        comm("send", c.send(input, N, dtype, next, &s))?;
+        comm("recv", member.recv(into, N, dtype, prev, &stream))?;
+        comm("send", member.send(input, N, dtype, next, &stream))?;
     }
     let got = download(dev, into, bytes)?;
     expect_bytes("send/recv", dtype, &got, &pattern(dtype, prev, 0, N))?;
@@ -162,16 +173,16 @@ pub(super) fn element_types_reduce<B: Backend>(ranks: &[Rank<B>], limit: Duratio
 fn reduce_one<B: Backend>(
     dtype: DType,
     op: ReduceOp,
-    n: usize,
+    world: usize,
     r: usize,
     dev: &B,
-    c: &dyn Communicator<B>,
+    member: &dyn Communicator<B>,
 ) -> CheckResult {
-    let s = dev.default_stream();
+    let stream = dev.default_stream();
     let bytes = N * size(dtype);
     let x = upload(dev, &pattern(dtype, r, 0, N))?;
-    if !c.reduces(dtype, op) {
-        let refused = c.all_reduce(x, N, dtype, op, &s).is_err();
+    if !member.reduces(dtype, op) {
+        let refused = member.all_reduce(x, N, dtype, op, &stream).is_err();
         free_all(dev, &[x])?;
         return if refused {
             Ok(())
@@ -186,29 +197,29 @@ fn reduce_one<B: Backend>(
         free_all(dev, &[x])?;
         return Ok(());
     }
-    comm("all_reduce", c.all_reduce(x, N, dtype, op, &s))?;
+    comm("all_reduce", member.all_reduce(x, N, dtype, op, &stream))?;
     let got = download(dev, x, bytes)?;
     expect_bytes(
         &format!("all_reduce({op})"),
         dtype,
         &got,
-        &reference(dtype, op, n, 0, N),
+        &reference(dtype, op, world, 0, N),
     )?;
     let mut ptrs = vec![x];
     if op == ReduceOp::Sum {
-        let input = upload(dev, &pattern(dtype, r, 0, n * N))?;
+        let input = upload(dev, &pattern(dtype, r, 0, world * N))?;
         let output = upload(dev, &vec![0u8; bytes])?;
         ptrs.extend([input, output]);
         comm(
             "reduce_scatter",
-            c.reduce_scatter(input, output, N, dtype, op, &s),
+            member.reduce_scatter(input, output, N, dtype, op, &stream),
         )?;
         let got = download(dev, output, bytes)?;
         expect_bytes(
             "reduce_scatter(sum)",
             dtype,
             &got,
-            &reference(dtype, op, n, r * N, N),
+            &reference(dtype, op, world, r * N, N),
         )?;
     }
     free_all(dev, &ptrs)

@@ -352,8 +352,8 @@ unsafe extern "C" fn HcclAllReduce(
     guard("HcclAllReduce", hcode::E_INTERNAL, || {
         let (c, s) = prepare(comm, stream)?;
         let (send, recv) = (ptr(send)?, ptr(recv)?);
-        let (t, o) = reduction(dtype, op)?;
-        let n = count * t.size_bytes();
+        let (ty, red) = reduction(dtype, op)?;
+        let n = count * ty.size_bytes();
         // In place (the usual case) declares one written region, as the mock does.
         let jop = JointOp::new(format!("HcclAllReduce({op})"));
         let jop = if send == recv {
@@ -363,7 +363,7 @@ unsafe extern "C" fn HcclAllReduce(
                 .access(MemAccess::write(recv, n))
         };
         // The mock's body writes each rank's last region: recv in both layouts.
-        let jop = jop.body(move |m| collective::all_reduce_typed(m, t, o));
+        let jop = jop.body(move |m| collective::all_reduce_typed(m, ty, red));
         submit(&c, &s, jop)
     })
 }
@@ -381,13 +381,13 @@ unsafe extern "C" fn HcclReduceScatter(
     guard("HcclReduceScatter", hcode::E_INTERNAL, || {
         let (c, s) = prepare(comm, stream)?;
         let (send, recv) = (ptr(send)?, ptr(recv)?);
-        let (t, o) = reduction(dtype, op)?;
-        let n = recv_count * t.size_bytes();
+        let (ty, red) = reduction(dtype, op)?;
+        let n = recv_count * ty.size_bytes();
         let size = c.shared.devices.len() as u64;
         let jop = JointOp::new(format!("HcclReduceScatter({op})"))
             .access(MemAccess::read(send, n * size))
             .access(MemAccess::write(recv, n))
-            .body(move |m| collective::reduce_scatter_typed(m, t, o));
+            .body(move |m| collective::reduce_scatter_typed(m, ty, red));
         submit(&c, &s, jop)
     })
 }
