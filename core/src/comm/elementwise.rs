@@ -302,7 +302,10 @@ pub fn write_f64(dtype: DType, v: f64, dst: &mut [u8]) {
 }
 
 #[cfg(test)]
-#[allow(clippy::float_cmp, reason = "exact values: conversions must give the very bits")]
+#[allow(
+    clippy::float_cmp,
+    reason = "exact values: conversions must give the very bits"
+)]
 mod tests {
     use super::*;
 
