@@ -1,4 +1,4 @@
-//! The contract every [`Communicator`] must keep, as checks a port runs on N ranks of its
+//! The contract every [`Communicator`](crate::comm::Communicator) must keep, as checks a port runs on N ranks of its
 //! communicator, next to the device kit ([`super::contract`]).
 //!
 //! [`check_communicator`] opens fresh worlds through the port's opener (one per check
@@ -20,8 +20,10 @@
 //! - `abort_unblocks`: `abort` makes a waiting rank's wait return an error, and
 //!   `async_error` report it, while the peers never arrive;
 //! - `element_types_move` and `element_types_reduce`: every element type through every
-//!   operation, and every reduction the communicator says it does equal to the reference
-//!   arithmetic (see [`super::comm_contract_types`]'s checks).
+//!   operation, byte for byte, and every reduction the communicator says it does
+//!   ([`Communicator::reduces`](crate::comm::Communicator::reduces)) equal to the reference
+//!   arithmetic ([`combine_into`](crate::comm::combine_into) in rank order), every other one
+//!   refused at enqueue on every rank.
 //!
 //! A check that goes wrong never hangs the kit: waits run on helper threads and are given
 //! up after `options.timeout` times [`HANG_FACTOR`] (the communicators are then aborted).

@@ -1,7 +1,7 @@
 //! How the communicator contract runs a check: one thread per rank, a deadline after which
 //! the check counts as hung (the communicators are then aborted), and the small helpers
-//! every check shares. Kept apart so the checks of [`super::comm_contract`] and the
-//! per-type ones of [`super::comm_contract_types`] share one harness.
+//! every check shares. Kept apart so the checks of `comm_contract` and the per-type ones of
+//! `comm_contract_types` share one harness.
 
 use std::sync::mpsc;
 use std::time::Duration;
