@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use memreuse::comm::{read_f64, write_f64};
 use memreuse::{
-    AllocatorConfig, Backend, BackendOptions, CachingAllocator, ProcessGroup, RankEndpoint,
-    ReduceOp, ReuseMode, WorldOptions,
+    AllocatorConfig, Backend, BackendOptions, CachingAllocator, CommBuffer, DType, ProcessGroup,
+    RankEndpoint, ReduceOp, ReuseMode, WorldOptions,
 };
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -30,14 +31,14 @@ fn main() -> Result<(), Error> {
         threads
             .into_iter()
             .map(|t| t.join().expect("rank thread"))
-            .collect::<Result<Vec<Vec<f32>>, Error>>()
+            .collect::<Result<Vec<Vec<f64>>, Error>>()
     })?;
     // Rank 0 contributed 1.0, rank 1 contributed 2.0: every element is their sum.
     assert_eq!(results, [vec![3.0; 4], vec![3.0; 4]]);
     Ok(())
 }
 
-fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f32>, Error> {
+fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f64>, Error> {
     let device = endpoint.backend;
     let allocator = CachingAllocator::new(Arc::new(device.clone()), AllocatorConfig::default());
     let compute = device.default_stream();
@@ -46,10 +47,14 @@ fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f32>, Error> {
         .mode(ReuseMode::from_number(2)?) // or "2".parse()?; unset: MULTI_STREAM_MEMORY_REUSE
         .build()?;
 
-    // Four f32 produced on the side stream (its pool serves this block)...
-    let t = allocator.allocate(4 * 4, &side)?;
-    let value = (endpoint.rank + 1) as f32;
-    let bytes: Vec<u8> = [value; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+    // Four bf16 gradients produced on the side stream (its pool serves this block)...
+    let size = DType::BF16.size_bytes();
+    let t = allocator.allocate(4 * size, &side)?;
+    let value = if endpoint.rank == 0 { 1.0 } else { 2.0 };
+    let mut bytes = vec![0u8; t.requested_size() as usize];
+    for element in bytes.chunks_exact_mut(size as usize) {
+        write_f64(DType::BF16, value, element);
+    }
     device.copy_host_to_device(t.ptr(), &bytes, &side)?;
     // ...and used on the compute stream: order compute after side, and tell the allocator,
     // so that freeing `t` waits for compute's work too.
@@ -58,12 +63,18 @@ fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f32>, Error> {
     device.stream_wait_event(&compute, &produced)?;
     allocator.record_stream(&t, &compute);
 
-    // Asynchronous all_reduce: the group's comm stream waits for compute first; wait()
-    // makes compute wait for the collective, then mode 2 releases the work's shelf.
-    let work = pg.all_reduce(&t, ReduceOp::Sum, &compute, true)?;
+    // Asynchronous bf16 all_reduce (a plain `&t` would be f32): the group's comm stream
+    // waits for compute first; wait() makes compute wait for the collective, then mode 2
+    // releases the work's shelf.
+    let work = pg.all_reduce(
+        CommBuffer::new(&t, DType::BF16),
+        ReduceOp::Sum,
+        &compute,
+        true,
+    )?;
     work.wait(&compute)?;
 
-    let mut out = vec![0u8; 16];
+    let mut out = vec![0u8; bytes.len()];
     device.copy_device_to_host(&mut out, t.ptr(), &compute)?;
     let stats = allocator.stats();
     println!(
@@ -74,8 +85,8 @@ fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f32>, Error> {
         pg.stats().works_issued
     );
     Ok(out
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .chunks_exact(size as usize)
+        .map(|c| read_f64(DType::BF16, c))
         .collect())
 }
 

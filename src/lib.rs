@@ -32,6 +32,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
+//! use memreuse::comm::{read_f64, write_f64};
 //! use memreuse::{
 //!     AllocatorConfig, Backend, BackendOptions, CachingAllocator, CommBuffer, DType,
 //!     ProcessGroup, ReduceOp, ReuseMode, WorldOptions, open_world,
@@ -55,18 +56,22 @@
 //!                     .build()
 //!                     .unwrap();
 //!                 let current = device.default_stream();
-//!                 let t = allocator.allocate(8 * 4, &current).unwrap();
-//!                 let bytes: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
+//!                 // Eight bf16 elements (2 bytes each) holding 0, 1, ..., 7.
+//!                 let t = allocator.allocate(8 * 2, &current).unwrap();
+//!                 let mut bytes = vec![0u8; 16];
+//!                 for (i, e) in bytes.chunks_exact_mut(2).enumerate() {
+//!                     write_f64(DType::BF16, i as f64, e);
+//!                 }
 //!                 device.copy_host_to_device(t.ptr(), &bytes, &current).unwrap();
-//!                 // Reduce only the first 4 of the 8 elements.
-//!                 let first_half = CommBuffer::new(&t, DType::F32).with_count(4);
+//!                 // A bf16 all_reduce of only the first 4 of the 8 elements.
+//!                 let first_half = CommBuffer::new(&t, DType::BF16).with_count(4);
 //!                 let work = pg.all_reduce(first_half, ReduceOp::Sum, &current, true).unwrap();
 //!                 work.wait(&current).unwrap();
-//!                 let mut out = vec![0u8; 32];
+//!                 let mut out = vec![0u8; 16];
 //!                 device.copy_device_to_host(&mut out, t.ptr(), &current).unwrap();
-//!                 let values: Vec<f32> = out
-//!                     .chunks_exact(4)
-//!                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+//!                 let values: Vec<f64> = out
+//!                     .chunks_exact(2)
+//!                     .map(|c| read_f64(DType::BF16, c))
 //!                     .collect();
 //!                 assert_eq!(values, [0.0, 2.0, 4.0, 6.0, 4.0, 5.0, 6.0, 7.0], "mode {mode}");
 //!             });

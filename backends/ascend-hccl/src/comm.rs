@@ -33,11 +33,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use memreuse_core::comm::{CommError, DType};
+use memreuse_core::comm::{CommError, DType, ReduceOp};
 use memreuse_core::{Backend, BackendError, DevicePtr};
 use parking_lot::Mutex;
 
-use crate::conversions::hccl_dtype;
+use crate::conversions::{hccl_dtype, hccl_op, hccl_reduces, refuse_reduction};
 use crate::device::{AscendDevice, AscendStream};
 pub(crate) use crate::family::store_error;
 pub use crate::family::{Family, root_info};
@@ -189,8 +189,25 @@ impl AscendCommunicator {
     /// The HCCL data type of `dtype`, or the `InvalidArgument` of `call` when it has none.
     fn dtype(call: &'static str, dtype: DType) -> Result<sys::HcclDataType, CommError> {
         hccl_dtype(dtype).ok_or_else(|| {
-            CommError::invalid_argument(call, format!("{dtype:?} has no HCCL data type here"))
+            CommError::invalid_argument(
+                call,
+                format!("the ascend backend has no HCCL data type for {dtype}"),
+            )
         })
+    }
+
+    /// The HCCL data type and operator of a reduction, or the `InvalidArgument` of `call`
+    /// (naming type, operator and backend) for one HCCL cannot do: refused before anything
+    /// is enqueued.
+    fn reduction(
+        call: &'static str,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<(sys::HcclDataType, sys::HcclReduceOp), CommError> {
+        if !hccl_reduces(dtype, op) {
+            return Err(refuse_reduction(call, dtype, op));
+        }
+        Ok((Self::dtype(call, dtype)?, hccl_op(call, op)?))
     }
 
     /// `HcclCommDestroy`, retried while it answers `HCCL_E_AGAIN` (for at most `patience`);

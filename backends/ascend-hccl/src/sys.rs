@@ -143,8 +143,40 @@ pub const HCCL_E_AGAIN: HcclResult = 20;
 pub const HCCL_E_OOM: HcclResult = 24;
 /// `HCCL_E_IN_STATUS` (newest HCCL).
 pub const HCCL_E_IN_STATUS: HcclResult = 1041;
+/// `HCCL_DATA_TYPE_INT8`.
+pub const HCCL_DATA_TYPE_INT8: HcclDataType = 0;
+/// `HCCL_DATA_TYPE_INT16`.
+pub const HCCL_DATA_TYPE_INT16: HcclDataType = 1;
+/// `HCCL_DATA_TYPE_INT32`.
+pub const HCCL_DATA_TYPE_INT32: HcclDataType = 2;
+/// `HCCL_DATA_TYPE_FP16`.
+pub const HCCL_DATA_TYPE_FP16: HcclDataType = 3;
 /// `HCCL_DATA_TYPE_FP32`.
 pub const HCCL_DATA_TYPE_FP32: HcclDataType = 4;
+/// `HCCL_DATA_TYPE_INT64`.
+pub const HCCL_DATA_TYPE_INT64: HcclDataType = 5;
+/// `HCCL_DATA_TYPE_UINT64`.
+pub const HCCL_DATA_TYPE_UINT64: HcclDataType = 6;
+/// `HCCL_DATA_TYPE_UINT8`.
+pub const HCCL_DATA_TYPE_UINT8: HcclDataType = 7;
+/// `HCCL_DATA_TYPE_UINT16`.
+pub const HCCL_DATA_TYPE_UINT16: HcclDataType = 8;
+/// `HCCL_DATA_TYPE_UINT32`.
+pub const HCCL_DATA_TYPE_UINT32: HcclDataType = 9;
+/// `HCCL_DATA_TYPE_FP64`.
+pub const HCCL_DATA_TYPE_FP64: HcclDataType = 10;
+/// `HCCL_DATA_TYPE_BFP16`.
+pub const HCCL_DATA_TYPE_BFP16: HcclDataType = 11;
+/// `HCCL_DATA_TYPE_INT128`.
+pub const HCCL_DATA_TYPE_INT128: HcclDataType = 12;
+/// `HCCL_DATA_TYPE_HIF8`.
+pub const HCCL_DATA_TYPE_HIF8: HcclDataType = 14;
+/// `HCCL_DATA_TYPE_FP8E4M3`.
+pub const HCCL_DATA_TYPE_FP8E4M3: HcclDataType = 15;
+/// `HCCL_DATA_TYPE_FP8E5M2`.
+pub const HCCL_DATA_TYPE_FP8E5M2: HcclDataType = 16;
+/// `HCCL_DATA_TYPE_FP8E8M0`.
+pub const HCCL_DATA_TYPE_FP8E8M0: HcclDataType = 17;
 /// `HCCL_REDUCE_SUM`.
 pub const HCCL_REDUCE_SUM: HcclReduceOp = 0;
 /// `HCCL_REDUCE_PROD`.

@@ -37,5 +37,5 @@ fn hccl_through_the_stand_in_keeps_the_communicator_contract() {
     let report = check_communicator(&open, &options);
     println!("{report:#?}");
     report.assert_passed();
-    assert_eq!(report.passed.len(), 7, "{report:?}");
+    assert_eq!(report.passed.len(), 9, "{report:?}");
 }

@@ -139,9 +139,12 @@ fn hccl_failures_arrive_as_typed_errors() {
         assert_eq!((api.HcclCommDestroy)(0xdead_0000 as *mut c_void), 1);
         let p = dev.malloc(64).unwrap();
         let raw = p.addr() as usize as *mut c_void;
-        let int8 = 0;
-        let r = (api.HcclAllReduce)(raw, raw, 4, int8, 0, comm.raw(), std::ptr::null_mut());
+        // UINT16 is in HCCL's enum but not among the types it reduces; 13 is not in the enum.
+        let uint16 = 8;
+        let r = (api.HcclAllReduce)(raw, raw, 4, uint16, 0, comm.raw(), std::ptr::null_mut());
         assert_eq!(HcclError(r).name(), "HCCL_E_NOT_SUPPORT");
+        let r = (api.HcclAllReduce)(raw, raw, 4, 13, 0, comm.raw(), std::ptr::null_mut());
+        assert_eq!(HcclError(r).name(), "HCCL_E_PARA");
         dev.free(p).unwrap();
     }
     // A rank that never arrives: HCCL_E_TIMEOUT is a Timeout.

@@ -20,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::device::{CudaDevice, CudaStreamHandle};
 use crate::error::{self, nccl_comm};
-use crate::nccl_args::{chunk, dev, dtype, op, raw_stream};
+use crate::nccl_args::{chunk, dev, dtype, raw_stream, reduces, reduction};
 use crate::nccl_init::{wait_ready, wait_settled};
 use crate::p2p::{P2p, Pending, grouped};
 
@@ -269,6 +269,10 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         self.size
     }
 
+    fn reduces(&self, dt: DType, o: ReduceOp) -> bool {
+        reduces(dt, o)
+    }
+
     fn all_reduce(
         &self,
         buf: DevicePtr,
@@ -279,12 +283,12 @@ impl Communicator<CudaDevice> for NcclCommunicator {
     ) -> Result<(), CommError> {
         self.check_stream("all_reduce", stream)?;
         self.check_buf("all_reduce", buf, count, dt)?;
-        let t = dtype(dt)?;
+        let (t, nccl_op) = reduction("all_reduce", dt, o)?;
         self.run("ncclAllReduce", |c| {
             // SAFETY: `buf` holds `count` elements in a live allocation of this device
             // (checked), in place is allowed by NCCL, the stream belongs to the device.
             let r = unsafe {
-                nccl::all_reduce(dev(buf), dev(buf), count, t, op(o), c, raw_stream(stream))
+                nccl::all_reduce(dev(buf), dev(buf), count, t, nccl_op, c, raw_stream(stream))
             };
             nccl_ok("ncclAllReduce", r)
         })
@@ -324,7 +328,7 @@ impl Communicator<CudaDevice> for NcclCommunicator {
         self.check_stream("reduce_scatter", stream)?;
         self.check_buf("reduce_scatter", input, count.saturating_mul(self.size), dt)?;
         self.check_buf("reduce_scatter", output, count, dt)?;
-        let t = dtype(dt)?;
+        let (t, nccl_op) = reduction("reduce_scatter", dt, o)?;
         self.run("ncclReduceScatter", |c| {
             // SAFETY: input holds `count * size` and output `count` elements in live
             // allocations (checked); the stream belongs to the device.
@@ -334,7 +338,7 @@ impl Communicator<CudaDevice> for NcclCommunicator {
                     dev(output),
                     count,
                     t,
-                    op(o),
+                    nccl_op,
                     c,
                     raw_stream(stream),
                 )

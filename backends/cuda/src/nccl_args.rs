@@ -45,6 +45,38 @@ pub(crate) fn op(o: ReduceOp) -> sys::ncclRedOp_t {
     }
 }
 
+/// Whether this backend passes `o` on `d` to NCCL: the reference arithmetic's rule
+/// ([`DType::reduces_with`]). NCCL itself also averages integers and reduces fp8 on
+/// compute capability 9.0 and newer; the backend refuses both, so that the reductions it
+/// accepts, and their results, are the same on every device and on every other backend
+/// (it does not query the compute capability: one rule everywhere, no device-dependent
+/// surprises in a job that moves between machines).
+pub(crate) fn reduces(d: DType, o: ReduceOp) -> bool {
+    d.reduces_with(o)
+}
+
+/// NCCL's type and operator for a reduction of `o` on `d`, or the `InvalidArgument` of
+/// `call` naming the type, the operator and the backend: refused before anything is
+/// enqueued.
+pub(crate) fn reduction(
+    call: &'static str,
+    d: DType,
+    o: ReduceOp,
+) -> Result<(sys::ncclDataType_t, sys::ncclRedOp_t), CommError> {
+    if !reduces(d, o) {
+        let why = if d.is_fp8() {
+            "fp8 types move data but are not reduced (NCCL needs sm_90+ for that)"
+        } else {
+            "avg is for floating types"
+        };
+        return Err(CommError::invalid_argument(
+            call,
+            format!("the cuda backend cannot reduce {d} with {o}: {why}"),
+        ));
+    }
+    Ok((dtype(d)?, op(o)))
+}
+
 /// The stream as the runtime-API handle NCCL takes.
 pub(crate) fn raw_stream(s: &CudaStreamHandle) -> sys::cudaStream_t {
     s.raw().cu_stream().cast()

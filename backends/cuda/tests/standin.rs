@@ -480,3 +480,65 @@ fn an_abort_mid_collective_fails_the_pending_work_and_the_device_keeps_working()
     d0.free(buf).expect("free");
     drop(d1);
 }
+
+/// Every element type through the backend and the stand-in's NCCL: the contract kit's
+/// per-type checks (data movement in all twelve types; every reduction the backend accepts
+/// equal to core's reference arithmetic, every other one refused at enqueue), and the
+/// backend's own refusals naming type, operator and backend.
+#[test]
+fn every_element_type_moves_and_reduces_like_the_reference() {
+    if parent(
+        "every_element_type_moves_and_reduces_like_the_reference",
+        &Install::Default,
+        &[],
+    ) {
+        return;
+    }
+    configure(16, 500);
+    let open = |world: usize,
+                _timeout: Duration|
+     -> Result<
+        Vec<memreuse_core::testing::comm_contract::Rank<CudaDevice>>,
+        BackendError,
+    > {
+        Ok(open_cuda_world(world)?
+            .into_iter()
+            .map(|(d, c)| (d, Box::new(c) as Box<dyn Communicator<CudaDevice>>))
+            .collect())
+    };
+    let options = memreuse_core::testing::comm_contract::CommContractOptions {
+        world_size: 4,
+        timeout: Duration::from_secs(1),
+        grouping: true,
+    };
+    let report = memreuse_core::testing::comm_contract::check_communicator(&open, &options);
+    println!("{report:#?}");
+    for check in ["element_types_move", "element_types_reduce"] {
+        assert!(report.passed.contains(&check), "{check}: {report:#?}");
+    }
+    let mut ranks = open_cuda_world(1).expect("world");
+    let (d, comm) = ranks.pop().expect("one rank");
+    let s = d.create_stream().expect("stream");
+    let buf = d.malloc(16).expect("malloc");
+    for (dtype, op) in [
+        (DType::I32, ReduceOp::Avg),
+        (DType::F8E4M3, ReduceOp::Sum),
+        (DType::F8E5M2, ReduceOp::Max),
+    ] {
+        assert!(!comm.reduces(dtype, op));
+        let e = comm
+            .all_reduce(buf, 4, dtype, op, &s)
+            .expect_err("refused before NCCL");
+        let text = e.to_string();
+        assert!(
+            matches!(e, CommError::InvalidArgument { .. })
+                && text.contains(dtype.name())
+                && text.contains(op.name())
+                && text.contains("cuda"),
+            "{text}"
+        );
+    }
+    assert!(comm.reduces(DType::BF16, ReduceOp::Avg));
+    drop(comm);
+    d.free(buf).expect("free");
+}

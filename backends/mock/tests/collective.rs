@@ -3,6 +3,7 @@
 
 mod common;
 
+use memreuse_core::comm::{DType, ReduceOp};
 use memreuse_core::{Backend, BackendError, DevicePtr};
 use memreuse_mock::{
     JointGroup, JointOp, MemAccess, MockCluster, MockConfig, MockDevice, PairGroups, collective,
@@ -40,14 +41,13 @@ fn all_reduce_writes_each_ranks_last_region_in_or_out_of_place() {
     let a = upload(d0, &[1.0, 2.0, 3.0]);
     let b = upload(d1, &[4.0, 5.0, 6.0]);
     let b_out = d1.malloc(12).unwrap();
-    let product = |x: f32, y: f32| x * y;
     let op0 = JointOp::new("all_reduce")
         .access(MemAccess::write(a, 12))
-        .body(move |m| collective::all_reduce(m, product));
+        .body(move |m| collective::all_reduce_typed(m, DType::F32, ReduceOp::Prod));
     let op1 = JointOp::new("all_reduce")
         .access(MemAccess::read(b, 12))
         .access(MemAccess::write(b_out, 12))
-        .body(move |m| collective::all_reduce(m, product));
+        .body(move |m| collective::all_reduce_typed(m, DType::F32, ReduceOp::Prod));
     group.submit(0, &d0.default_stream(), op0).unwrap();
     group.submit(1, &d1.default_stream(), op1).unwrap();
     assert_eq!(download(d0, a, 3), [4.0, 10.0, 18.0]);

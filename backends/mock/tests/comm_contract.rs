@@ -24,6 +24,9 @@ enum Flaw {
     BatchesSerially,
     /// `abort` does nothing.
     AbortIsANoOp,
+    /// f16 and bf16 all_reduces are issued as f32 over the same bytes (the 4-byte
+    /// element assumption the typed API replaced).
+    ReducesHalvesAsF32,
 }
 
 type Deferred = (DevicePtr, usize, DType, ReduceOp, MockStream);
@@ -75,6 +78,11 @@ impl Communicator<MockDevice> for Flawed {
             return Ok(());
         }
         drop(first);
+        if self.flaw == Flaw::ReducesHalvesAsF32 && matches!(dtype, DType::F16 | DType::BF16) {
+            self.inner
+                .all_reduce(buf, count / 2, DType::F32, op, stream)?;
+            return self.release_deferred();
+        }
         self.inner.all_reduce(buf, count, dtype, op, stream)?;
         self.release_deferred()
     }
@@ -233,7 +241,7 @@ fn violations(flaw: Flaw) -> Vec<&'static str> {
 fn the_mock_communicator_keeps_the_contract() {
     let report = check_communicator(&open(Flaw::None), &options());
     report.assert_passed();
-    assert_eq!(report.passed.len(), 7, "{report:?}");
+    assert_eq!(report.passed.len(), 9, "{report:?}");
 }
 
 #[test]
@@ -278,6 +286,14 @@ fn the_kit_catches_batch_members_that_block_each_other() {
 #[test]
 fn the_kit_catches_an_abort_that_does_nothing() {
     assert_eq!(violations(Flaw::AbortIsANoOp), ["abort_unblocks"]);
+}
+
+#[test]
+fn the_kit_catches_16_bit_reductions_done_in_f32() {
+    assert_eq!(
+        violations(Flaw::ReducesHalvesAsF32),
+        ["element_types_reduce"]
+    );
 }
 
 #[test]

@@ -155,6 +155,84 @@ static MrStatus wait_flag(MrComm *c, const int *flag) {
     return MR_OK;
 }
 
+/* f16 and bf16 as the host's reference arithmetic computes them: widened to float,
+ * combined, rounded back to nearest-even after every step (NaN stays NaN). */
+static float f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    float f;
+    if (exp == 0) {
+        f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    bits = exp == 0x1f ? (sign | 0x7f800000u | (man << 13))
+                       : (sign | ((exp + 112) << 23) | (man << 13));
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t float_to_f16(float f) {
+    uint32_t x, sign, exp, man, h, rem, shift, mid;
+    int e;
+    memcpy(&x, &f, sizeof x);
+    sign = (x >> 16) & 0x8000;
+    exp = (x >> 23) & 0xff;
+    man = x & 0x7fffff;
+    if (exp == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
+    e = (int)exp - 127 + 15;
+    if (e >= 0x1f) return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        shift = (uint32_t)(14 - e);
+        h = man >> shift;
+        rem = man & ((1u << shift) - 1);
+        mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    h = ((uint32_t)e << 10) | (man >> 13);
+    rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* a carry rounds into the exponent */
+    return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fffu + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+#define REDUCE_HALF(TO, FROM)                                                                \
+    do {                                                                                     \
+        uint16_t *a = acc;                                                                   \
+        const uint16_t *b = x;                                                               \
+        for (i = 0; i < n; i++) {                                                            \
+            float p = TO(a[i]), q = TO(b[i]), r;                                             \
+            switch (op) {                                                                    \
+            case MR_OP_PROD: r = p * q; break;                                               \
+            case MR_OP_MAX: r = fmaxf(p, q); break;                                          \
+            case MR_OP_MIN: r = fminf(p, q); break;                                          \
+            default: r = p + q; break;                                                       \
+            }                                                                                \
+            a[i] = FROM(r);                                                                  \
+        }                                                                                    \
+    } while (0)
+
+#define DIVIDE_HALF(TO, FROM)                                                                \
+    do {                                                                                     \
+        uint16_t *a = acc;                                                                   \
+        for (i = 0; i < n; i++) a[i] = FROM(TO(a[i]) / (float)ranks);                        \
+    } while (0)
+
 /* acc[i] = acc[i] OP x[i]; AVG sums here and divides in finish(). */
 #define REDUCE(T, MAXF, MINF)                                                                \
     do {                                                                                     \
@@ -182,6 +260,8 @@ static void reduce(void *acc, const void *x, uint64_t n, MrDType t, MrReduceOp o
     case MR_DTYPE_I32: REDUCE(int32_t, IMAX, IMIN); break;
     case MR_DTYPE_U32: REDUCE(uint32_t, IMAX, IMIN); break;
     case MR_DTYPE_I64: REDUCE(int64_t, IMAX, IMIN); break;
+    case MR_DTYPE_F16: REDUCE_HALF(f16_to_float, float_to_f16); break;
+    case MR_DTYPE_BF16: REDUCE_HALF(bf16_to_float, float_to_bf16); break;
     default: REDUCE(uint64_t, IMAX, IMIN); break;
     }
 }
@@ -203,6 +283,8 @@ static void finish(void *acc, uint64_t n, MrDType t, MrReduceOp op, uint32_t ran
     case MR_DTYPE_I32: DIVIDE(int32_t); break;
     case MR_DTYPE_U32: DIVIDE(uint32_t); break;
     case MR_DTYPE_I64: DIVIDE(int64_t); break;
+    case MR_DTYPE_F16: DIVIDE_HALF(f16_to_float, float_to_f16); break;
+    case MR_DTYPE_BF16: DIVIDE_HALF(bf16_to_float, float_to_bf16); break;
     default: DIVIDE(uint64_t); break;
     }
 }
@@ -493,10 +575,10 @@ static MrStatus collective(MrComm *c, uint32_t kind, uint64_t in, uint64_t in_n,
     if (t >= MR_DTYPE_COUNT || op >= MR_OP_COUNT)
         return fail(MR_ERR_INVALID_ARGUMENT, "%s: element type %u / reduction %u is not an ABI "
                     "1 code", call, t, op);
-    if (t == MR_DTYPE_F16 || t == MR_DTYPE_BF16 || t == MR_DTYPE_F8E4M3 || t == MR_DTYPE_F8E5M2)
+    if (t == MR_DTYPE_F8E4M3 || t == MR_DTYPE_F8E5M2)
         if (kind == K_ALL_REDUCE || kind == K_REDUCE_SCATTER)
             return fail(MR_ERR_UNSUPPORTED, "%s: this plugin does not reduce element type %u "
-                        "(it moves it, reduces f32 f64 and the integer types)", call, t);
+                        "(it moves fp8, reduces every other type)", call, t);
     size = dtype_bytes[t];
     if (kind != K_BARRIER) {
         if (in_n > UINT64_MAX / size || out_n > UINT64_MAX / size)

@@ -38,5 +38,5 @@ fn the_vulkan_communicator_keeps_the_contract() {
     let report = check_communicator(&open, &options);
     report.assert_passed();
     assert!(report.skipped.is_empty(), "{report:?}");
-    assert_eq!(report.passed.len(), 7, "{report:?}");
+    assert_eq!(report.passed.len(), 9, "{report:?}");
 }

@@ -288,7 +288,7 @@ fn a_count_that_differs_across_members_is_an_error_on_every_member() {
         match wait_error(&rank.1, LONG) {
             CommError::InvalidArgument { reason, .. } => {
                 assert!(
-                    reason.contains("rank 1 issued all_reduce(sum)(8 elements)"),
+                    reason.contains("rank 1 issued all_reduce(sum)(8 f32 elements)"),
                     "{reason}"
                 );
             }

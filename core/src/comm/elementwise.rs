@@ -226,18 +226,21 @@ fn f64_to_f8(dtype: DType, v: f64) -> u8 {
     let sign = if v.is_sign_negative() { 0x80 } else { 0 };
     let mag = v.abs();
     let mut best: Option<(u8, f64)> = None;
-    // Exact comparison is the point: a tie between two codes is an exact equality of
-    // distances, decided by the even code.
-    #[allow(clippy::float_cmp)]
     for code in 0u8..0x80 {
         let c = decode(code);
         if !c.is_finite() {
             continue;
         }
         let d = (c - mag).abs();
-        match best {
-            Some((b, bd)) if d > bd || (d == bd && code % 2 == 1 && b % 2 == 0) => {}
-            _ => best = Some((code, d)),
+        // Distances are finite and non-negative: `total_cmp` is the plain order. A tie
+        // goes to the even code (round half to even).
+        let worse = best.is_some_and(|(b, bd)| match d.total_cmp(&bd) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => code % 2 == 1 && b % 2 == 0,
+            std::cmp::Ordering::Less => false,
+        });
+        if !worse {
+            best = Some((code, d));
         }
     }
     let (code, _) = best.unwrap_or((0, 0.0));
@@ -299,8 +302,10 @@ pub fn write_f64(dtype: DType, v: f64, dst: &mut [u8]) {
 }
 
 #[cfg(test)]
-// Exact results are what these tests assert: every value is exactly representable.
-#[allow(clippy::float_cmp)]
+#[allow(
+    clippy::float_cmp,
+    reason = "exact values: conversions must give the very bits"
+)]
 mod tests {
     use super::*;
 

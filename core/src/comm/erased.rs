@@ -42,6 +42,9 @@ impl<B: Backend> Communicator<AnyBackend> for ErasedCommunicator<B> {
     fn size(&self) -> usize {
         self.inner.size()
     }
+    fn reduces(&self, dtype: DType, op: ReduceOp) -> bool {
+        self.inner.reduces(dtype, op)
+    }
     fn all_reduce(
         &self,
         buf: DevicePtr,

@@ -129,4 +129,14 @@ pub trait Communicator<B: Backend>: Send + Sync {
     /// Aborts outstanding operations: pending and future operations fail instead of
     /// waiting for peers (used when a process group is dropped with work in flight).
     fn abort(&self);
+
+    /// Whether this communicator reduces `dtype` with `op` (`all_reduce`,
+    /// `reduce_scatter`). The process group asks before issuing, so a reduction the
+    /// backend cannot do is a typed error naming the type, the operator and the backend,
+    /// and nothing is enqueued. The default is the reference arithmetic's rule
+    /// ([`DType::reduces_with`]: avg on floating types only, no fp8 reductions); a backend
+    /// that reduces less (HCCL has no avg) or more (NCCL's fp8 on newer devices) says so.
+    fn reduces(&self, dtype: DType, op: ReduceOp) -> bool {
+        dtype.reduces_with(op)
+    }
 }

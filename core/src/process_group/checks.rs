@@ -5,7 +5,7 @@ use super::buffer::CommBuffer;
 use super::error::PgError;
 use crate::allocator::Storage;
 use crate::backend::Backend;
-use crate::comm::DType;
+use crate::comm::{Communicator, DType, ReduceOp};
 
 /// The storage, element count and element type of a buffer (its size checked).
 pub(super) fn typed<'t, B: Backend>(
@@ -50,7 +50,31 @@ pub(super) fn check_len(
     }
 }
 
-/// A batched point-to-point member's tensor, read as whole `f32` elements.
-pub(super) fn p2p_elems<B: Backend>(op: &'static str, s: &Storage<B>) -> Result<usize, PgError> {
-    CommBuffer::from(s).element_count(op)
+/// A reduction the communicator cannot do (`op` on `dtype`), refused before anything is
+/// issued, naming the type, the operator and the backend.
+pub(super) fn reduction<B: Backend>(
+    op_name: &'static str,
+    comm: &dyn Communicator<B>,
+    backend: &B,
+    dtype: DType,
+    op: ReduceOp,
+) -> Result<(), PgError> {
+    if comm.reduces(dtype, op) {
+        return Ok(());
+    }
+    let why = if dtype.is_fp8() {
+        "fp8 types move data but do not reduce"
+    } else if op == ReduceOp::Avg && !dtype.is_floating() {
+        "avg is for floating types"
+    } else {
+        "the backend does not implement it"
+    };
+    Err(PgError::InvalidArgument {
+        op: op_name,
+        reason: format!(
+            "{op} is not defined on {dtype} on the {} backend ({why}); \
+             sum, prod, max and min reduce every non-fp8 type",
+            backend.name()
+        ),
+    })
 }

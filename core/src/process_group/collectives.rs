@@ -25,6 +25,7 @@ impl<B: Backend> ProcessGroup<B> {
         async_op: bool,
     ) -> Result<Work<B>, PgError> {
         let (t, n, dtype) = checks::typed("all_reduce", t.into())?;
+        self.check_reduction("all_reduce", dtype, op)?;
         self.issue(
             "all_reduce",
             CommKind::Collective,
@@ -80,6 +81,7 @@ impl<B: Backend> ProcessGroup<B> {
             n * self.size(),
             "input elements must be output elements x group size",
         )?;
+        self.check_reduction("reduce_scatter", dtype, op)?;
         self.issue(
             "reduce_scatter",
             CommKind::Collective,

@@ -187,6 +187,24 @@ impl<B: Backend> ProcessGroup<B> {
         self.shared.first_failure.lock().clone()
     }
 
+    /// Refuses, before anything is issued, a reduction this group's communicator cannot
+    /// do (`reduce` on `dtype`).
+    pub(super) fn check_reduction(
+        &self,
+        op: &'static str,
+        dtype: crate::comm::DType,
+        reduce: crate::comm::ReduceOp,
+    ) -> Result<(), PgError> {
+        let sh = &self.shared;
+        super::checks::reduction(
+            op,
+            sh.comm.as_ref(),
+            sh.allocator.backend().as_ref(),
+            dtype,
+            reduce,
+        )
+    }
+
     /// Issues one work. An asynchronous one (and, with [`super::SyncCollectives::CommStream`], a
     /// synchronous one): the comm stream waits on `current`, the policy protects the
     /// tensors, `launch` enqueues the operation, the end event is recorded; a synchronous

@@ -10,15 +10,21 @@ use crate::allocator::Storage;
 use crate::backend::Backend;
 use crate::comm::DType;
 
-/// One member of a batched point-to-point exchange: the whole tensor as `f32` elements
-/// (a size that is not a multiple of 4 bytes fails the whole batch before anything is
-/// issued).
+/// One member of a batched point-to-point exchange and the group rank it goes to or
+/// comes from.
+///
+/// `T` is the tensor as the member communicates it: a plain `&Storage` is the whole buffer
+/// read as [`DType::F32`](crate::comm::DType::F32) (the default, so untyped callers need
+/// nothing else), a [`CommBuffer`] names any element type and count. One batch holds one
+/// kind of `T`; a typed batch writes every member as a `CommBuffer`. A member whose bytes
+/// are not a whole number of elements of its type fails the whole batch before anything
+/// is issued.
 #[derive(Clone, Copy, Debug)]
-pub enum P2pOp<'a, B: Backend> {
+pub enum P2pOp<T> {
     /// Send the tensor to a group rank.
-    Send(&'a Storage<B>, usize),
+    Send(T, usize),
     /// Receive into the tensor from a group rank.
-    Recv(&'a Storage<B>, usize),
+    Recv(T, usize),
 }
 
 impl<B: Backend> ProcessGroup<B> {
@@ -64,38 +70,25 @@ impl<B: Backend> ProcessGroup<B> {
 
     /// Issues sends and receives as one group (PyTorch's `batch_isend_irecv`): one work,
     /// always asynchronous. Every tensor it touches is covered by the policy.
-    pub fn batch_isend_irecv(
+    pub fn batch_isend_irecv<'t, T: Into<CommBuffer<'t, B>> + Copy>(
         &self,
-        ops: &[P2pOp<'_, B>],
+        ops: &[P2pOp<T>],
         current: &B::Stream,
     ) -> Result<Work<B>, PgError> {
-        let inputs: Vec<&Storage<B>> = ops
-            .iter()
-            .filter_map(|o| {
-                if let P2pOp::Send(t, _) = o {
-                    Some(*t)
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let outputs: Vec<&Storage<B>> = ops
-            .iter()
-            .filter_map(|o| {
-                if let P2pOp::Recv(t, _) = o {
-                    Some(*t)
-                } else {
-                    None
-                }
-            })
-            .collect();
         // Every member is checked before anything is issued (no half-issued batch).
-        let counts = ops
+        let members = ops
             .iter()
-            .map(|o| match *o {
-                P2pOp::Send(t, _) | P2pOp::Recv(t, _) => checks::p2p_elems("batch_isend_irecv", t),
+            .map(|o| {
+                let (send, buf) = match *o {
+                    P2pOp::Send(t, peer) => (true, (t.into(), peer)),
+                    P2pOp::Recv(t, peer) => (false, (t.into(), peer)),
+                };
+                let (t, n, dtype) = checks::typed("batch_isend_irecv", buf.0)?;
+                Ok((send, t, n, dtype, buf.1))
             })
-            .collect::<Result<Vec<usize>, PgError>>()?;
+            .collect::<Result<Vec<Member<'t, B>>, PgError>>()?;
+        let inputs: Vec<&Storage<B>> = members.iter().filter(|m| m.0).map(|m| m.1).collect();
+        let outputs: Vec<&Storage<B>> = members.iter().filter(|m| !m.0).map(|m| m.1).collect();
         self.issue(
             "batch_isend_irecv",
             CommKind::PointToPoint,
@@ -106,10 +99,11 @@ impl<B: Backend> ProcessGroup<B> {
             |c, s| {
                 c.group_start()?;
                 let mut result = Ok(());
-                for (op, &n) in ops.iter().zip(&counts) {
-                    result = match *op {
-                        P2pOp::Send(t, peer) => c.send(t.ptr(), n, DType::F32, peer, s),
-                        P2pOp::Recv(t, peer) => c.recv(t.ptr(), n, DType::F32, peer, s),
+                for &(send, t, n, dtype, peer) in &members {
+                    result = if send {
+                        c.send(t.ptr(), n, dtype, peer, s)
+                    } else {
+                        c.recv(t.ptr(), n, dtype, peer, s)
                     };
                     if result.is_err() {
                         break;
@@ -122,3 +116,6 @@ impl<B: Backend> ProcessGroup<B> {
         )
     }
 }
+
+/// A checked batch member: is a send, storage, element count, element type, peer.
+type Member<'t, B> = (bool, &'t Storage<B>, usize, DType, usize);

@@ -1,4 +1,4 @@
-//! The contract every [`Communicator`] must keep, as checks a port runs on N ranks of its
+//! The contract every [`Communicator`](crate::comm::Communicator) must keep, as checks a port runs on N ranks of its
 //! communicator, next to the device kit ([`super::contract`]).
 //!
 //! [`check_communicator`] opens fresh worlds through the port's opener (one per check
@@ -18,7 +18,12 @@
 //! - `missing_rank_times_out`: a collective one rank never issues ends in an error within
 //!   the world's timeout, not in a hang;
 //! - `abort_unblocks`: `abort` makes a waiting rank's wait return an error, and
-//!   `async_error` report it, while the peers never arrive.
+//!   `async_error` report it, while the peers never arrive;
+//! - `element_types_move` and `element_types_reduce`: every element type through every
+//!   operation, byte for byte, and every reduction the communicator says it does
+//!   ([`Communicator::reduces`](crate::comm::Communicator::reduces)) equal to the reference
+//!   arithmetic ([`combine_into`](crate::comm::combine_into) in rank order), every other one
+//!   refused at enqueue on every rank.
 //!
 //! A check that goes wrong never hangs the kit: waits run on helper threads and are given
 //! up after `options.timeout` times [`HANG_FACTOR`] (the communicators are then aborted).
@@ -29,17 +34,17 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub use super::comm_contract_ranks::Rank;
+use super::comm_contract_ranks::{CheckResult, comm, free_all, per_rank};
+use super::comm_contract_types::{element_types_move, element_types_reduce};
 use super::contract::{ContractReport, ContractViolation};
 use crate::backend::Backend;
-use crate::comm::{CommError, Communicator, DType, ReduceOp};
+use crate::comm::{DType, ReduceOp};
 use crate::error::BackendError;
 use crate::ids::DevicePtr;
 
 /// A wait longer than `options.timeout` times this counts as a hang.
 pub const HANG_FACTOR: u32 = 4;
-
-/// One rank as the opener returns it: its device and its member of the world communicator.
-pub type Rank<B> = (B, Box<dyn Communicator<B>>);
 
 /// Opens a fresh world of `world_size` ranks whose communication ops give up on a missing
 /// peer after `timeout`.
@@ -66,8 +71,6 @@ impl Default for CommContractOptions {
     }
 }
 
-type CheckResult = Result<(), String>;
-
 const N: usize = 64;
 const BYTES: u64 = (N * 4) as u64;
 
@@ -92,57 +95,6 @@ fn download<B: Backend>(b: &B, p: DevicePtr, len: usize) -> Result<Vec<f32>, Str
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
-}
-
-fn comm<T>(what: &str, r: Result<T, CommError>) -> Result<T, String> {
-    r.map_err(|e| format!("{what} failed: {e}"))
-}
-
-/// Runs `f(rank, device, comm)` on one thread per rank; gives up (aborting every
-/// communicator) when they do not all finish within `limit`.
-fn per_rank<B: Backend>(
-    ranks: &[Rank<B>],
-    limit: Duration,
-    f: &(dyn Fn(usize, &B, &dyn Communicator<B>) -> CheckResult + Sync),
-) -> CheckResult {
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        for (r, (dev, c)) in ranks.iter().enumerate() {
-            let tx = tx.clone();
-            scope.spawn(move || {
-                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    f(r, dev, c.as_ref())
-                }))
-                .unwrap_or_else(|_| Err(format!("rank {r}: the communicator panicked")));
-                let _ = tx.send((r, out));
-            });
-        }
-        drop(tx);
-        let mut errors = Vec::new();
-        let deadline = std::time::Instant::now() + limit;
-        for _ in 0..ranks.len() {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((r, Err(e))) => errors.push(format!("rank {r}: {e}")),
-                Ok((_, Ok(()))) => {}
-                Err(_) => {
-                    errors.push(format!(
-                        "a rank did not finish within {limit:?}: hang (communicators aborted)"
-                    ));
-                    for (_, c) in ranks {
-                        c.abort();
-                    }
-                    break;
-                }
-            }
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            errors.sort();
-            Err(errors.join("; "))
-        }
-    })
 }
 
 /// Runs every check and reports each one. `open` is called once per check.
@@ -208,6 +160,12 @@ pub fn check_communicator<B: Backend>(
     run("abort_unblocks", None, &|ranks| {
         abort_unblocks(ranks, limit)
     });
+    run("element_types_move", None, &|ranks| {
+        element_types_move(ranks, limit)
+    });
+    run("element_types_reduce", None, &|ranks| {
+        element_types_reduce(ranks, limit)
+    });
     report
 }
 
@@ -233,15 +191,6 @@ fn collective_order<B: Backend>(ranks: &[Rank<B>], limit: Duration) -> CheckResu
         }
         free_all(dev, &[x, y])
     })
-}
-
-fn free_all<B: Backend>(dev: &B, ptrs: &[DevicePtr]) -> CheckResult {
-    dev.synchronize_device()
-        .map_err(|e| format!("synchronize_device: {e}"))?;
-    for &p in ptrs {
-        dev.free(p).map_err(|e| format!("free: {e}"))?;
-    }
-    Ok(())
 }
 
 fn subgroups<B: Backend>(ranks: &[Rank<B>], limit: Duration) -> CheckResult {

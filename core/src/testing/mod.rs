@@ -15,6 +15,8 @@
 //! accelerator) must pass; [`comm_contract`] the communicator-level ones, run on N ranks.
 
 pub mod comm_contract;
+mod comm_contract_ranks;
+mod comm_contract_types;
 pub mod contract;
 mod contract_vm;
 mod manual;

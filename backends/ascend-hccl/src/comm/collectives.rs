@@ -8,7 +8,7 @@ use memreuse_core::DevicePtr;
 use memreuse_core::comm::{CommError, Communicator, DType, ReduceOp};
 
 use super::{ABORT_DESTROY_RETRY, AscendCommunicator, comm_err};
-use crate::conversions::hccl_op;
+use crate::conversions::hccl_reduces;
 use crate::device::{AscendDevice, AscendStream};
 use crate::result::{HcclError, hccl};
 use crate::sys;
@@ -22,6 +22,10 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         self.size
     }
 
+    fn reduces(&self, dtype: DType, op: ReduceOp) -> bool {
+        hccl_reduces(dtype, op)
+    }
+
     fn all_reduce(
         &self,
         buf: DevicePtr,
@@ -30,8 +34,7 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         op: ReduceOp,
         stream: &AscendStream,
     ) -> Result<(), CommError> {
-        let t = Self::dtype("all_reduce", dtype)?;
-        let o = hccl_op("all_reduce", op)?;
+        let (t, o) = Self::reduction("all_reduce", dtype, op)?;
         let api = self.device.api();
         self.call("HcclAllReduce", |c| {
             hccl::all_reduce(api, buf, count as u64, t, o, c, stream.raw_handle())
@@ -62,8 +65,7 @@ impl Communicator<AscendDevice> for AscendCommunicator {
         op: ReduceOp,
         stream: &AscendStream,
     ) -> Result<(), CommError> {
-        let t = Self::dtype("reduce_scatter", dtype)?;
-        let o = hccl_op("reduce_scatter", op)?;
+        let (t, o) = Self::reduction("reduce_scatter", dtype, op)?;
         let api = self.device.api();
         self.call("HcclReduceScatter", |c| {
             hccl::reduce_scatter(

@@ -1,6 +1,7 @@
 //! The HCCL symbols (`hccl.h`): root-info rendezvous in process, collectives as joint ops of
-//! the mock. The ops' bodies are the mock communicator's own ([`memreuse_mock::collective`],
-//! f32 arithmetic in rank order), so results are bit-identical to the mock backend's.
+//! the mock. The ops' bodies are the mock communicator's own ([`memreuse_mock::collective`]:
+//! core's reference arithmetic per element type, in rank order), so results are
+//! bit-identical to the mock backend's.
 //!
 //! # Safety (all functions)
 //! Pointers are as HCCL documents them: out-pointers valid for one write (null is
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use memreuse_core::DevicePtr;
+use memreuse_core::comm::{DType, ReduceOp};
 use memreuse_mock::{
     JointGroup, JointOp, MemAccess, MockDevice, MockStream, PairGroups, collective,
 };
@@ -240,15 +242,34 @@ pub(crate) fn elem_size(dtype: i32) -> Option<u64> {
     })
 }
 
-/// f32 reduction in rank order, as the mock communicator does.
-fn reduce(op: i32) -> Result<fn(f32, f32) -> f32, i32> {
-    Ok(match op {
-        0 => |a, b| a + b,
-        1 => |a, b| a * b,
-        2 => f32::max,
-        3 => f32::min,
+/// The element type and operator of a reduction (`HcclAllReduce`, `HcclReduceScatter`),
+/// reduced by the mock's typed bodies with core's reference arithmetic.
+///
+/// Types: the ones CANN documents for HCCL's reductions, INT8, INT32, INT64, FP16, FP32 and
+/// BFP16 (INT16 too, but memreuse has no 16-bit integer type, so it is refused like the
+/// rest). The documentation does not say every operator works on every one of them; this
+/// stand-in takes the strictest reading that still lets a backend test each: all four
+/// operators on the six types, `HCCL_E_NOT_SUPPORT` for any other type value of the enum,
+/// and `HCCL_E_PARA` for values outside the enums.
+fn reduction(dtype: i32, op: i32) -> Result<(DType, ReduceOp), i32> {
+    let op = match op {
+        0 => ReduceOp::Sum,
+        1 => ReduceOp::Prod,
+        2 => ReduceOp::Max,
+        3 => ReduceOp::Min,
         _ => return Err(hcode::E_PARA),
-    })
+    };
+    let dtype = match dtype {
+        0 => DType::I8,
+        2 => DType::I32,
+        3 => DType::F16,
+        4 => DType::F32,
+        5 => DType::I64,
+        11 => DType::BF16,
+        _ if elem_size(dtype).is_some() => return Err(hcode::E_NOT_SUPPORT),
+        _ => return Err(hcode::E_PARA),
+    };
+    Ok((dtype, op))
 }
 
 /// Checks a collective's common arguments; returns the member and the stream.
@@ -331,11 +352,8 @@ unsafe extern "C" fn HcclAllReduce(
     guard("HcclAllReduce", hcode::E_INTERNAL, || {
         let (c, s) = prepare(comm, stream)?;
         let (send, recv) = (ptr(send)?, ptr(recv)?);
-        if dtype != 4 {
-            return Err(hcode::E_NOT_SUPPORT);
-        }
-        let f = reduce(op)?;
-        let n = count * 4;
+        let (ty, red) = reduction(dtype, op)?;
+        let n = count * ty.size_bytes();
         // In place (the usual case) declares one written region, as the mock does.
         let jop = JointOp::new(format!("HcclAllReduce({op})"));
         let jop = if send == recv {
@@ -345,7 +363,7 @@ unsafe extern "C" fn HcclAllReduce(
                 .access(MemAccess::write(recv, n))
         };
         // The mock's body writes each rank's last region: recv in both layouts.
-        let jop = jop.body(move |m| collective::all_reduce(m, f));
+        let jop = jop.body(move |m| collective::all_reduce_typed(m, ty, red));
         submit(&c, &s, jop)
     })
 }
@@ -363,16 +381,13 @@ unsafe extern "C" fn HcclReduceScatter(
     guard("HcclReduceScatter", hcode::E_INTERNAL, || {
         let (c, s) = prepare(comm, stream)?;
         let (send, recv) = (ptr(send)?, ptr(recv)?);
-        if dtype != 4 {
-            return Err(hcode::E_NOT_SUPPORT);
-        }
-        let f = reduce(op)?;
-        let n = recv_count * 4;
+        let (ty, red) = reduction(dtype, op)?;
+        let n = recv_count * ty.size_bytes();
         let size = c.shared.devices.len() as u64;
         let jop = JointOp::new(format!("HcclReduceScatter({op})"))
             .access(MemAccess::read(send, n * size))
             .access(MemAccess::write(recv, n))
-            .body(move |m| collective::reduce_scatter(m, f));
+            .body(move |m| collective::reduce_scatter_typed(m, ty, red));
         submit(&c, &s, jop)
     })
 }

@@ -1,5 +1,6 @@
 //! The data movement of each collective, as [`JointOp`](crate::JointOp) bodies: host-side
-//! f32 arithmetic over the regions the joint op declared.
+//! arithmetic over the regions the joint op declared, in any element type (core's
+//! [`combine_into`], the one reference arithmetic).
 //!
 //! Public so that every communicator built on mock joint ops (the mock's own
 //! [`MockCommunicator`](crate::MockCommunicator), the Ascend stand-in's HCCL) moves data
@@ -8,7 +9,7 @@
 //!
 //! Every body expects the region layout documented on it (region indices follow the order
 //! of [`JointOp::access`](crate::JointOp::access) calls, per rank). Reductions combine in
-//! rank order, rank 0 first, so a non-associative `combine` (f32 addition) gives the same
+//! rank order, rank 0 first, so a non-associative operation (float addition) gives the same
 //! bits on every run. Lengths that disagree across ranks are an `InvalidArgument` error,
 //! never a panic: bodies run on stream worker threads, where a panic would kill the stream.
 
@@ -17,21 +18,6 @@ use memreuse_core::comm::{DType, ElementwiseError, ReduceOp, combine_into, finis
 
 use crate::error::BACKEND_NAME;
 use crate::region::JointMemory;
-
-/// Little-endian f32 values of `bytes` (a trailing partial element is ignored).
-fn to_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-/// Writes `values` little-endian into `dst`, as many as fit.
-fn write_f32(dst: &mut [u8], values: &[f32]) {
-    for (chunk, v) in dst.chunks_exact_mut(4).zip(values) {
-        chunk.copy_from_slice(&v.to_le_bytes());
-    }
-}
 
 /// The common length of `region` across ranks, or an error naming the first rank that
 /// differs from rank 0.
@@ -52,41 +38,6 @@ fn same_len(
         }
     }
     Ok(len)
-}
-
-/// Region 0 of every rank combined element-wise in rank order (rank 0 first).
-fn reduce_region0(
-    mem: &JointMemory<'_>,
-    combine: &impl Fn(f32, f32) -> f32,
-) -> Result<Vec<f32>, BackendError> {
-    let mut acc = to_f32(mem.bytes(0, 0)?);
-    for r in 1..mem.ranks() {
-        for (a, b) in acc.iter_mut().zip(to_f32(mem.bytes(r, 0)?)) {
-            *a = combine(*a, b);
-        }
-    }
-    Ok(acc)
-}
-
-/// All-reduce over f32: region 0 of every rank is the input; the reduction is written to
-/// each rank's last region. In place declares one region (read and written); out of place
-/// declares input then output, and each rank may choose independently.
-///
-/// `combine` is the element operation (sum, product, max, min); it takes a function rather
-/// than [`ReduceOp`](memreuse_core::comm::ReduceOp) because HCCL has operations the core
-/// enum does not (product).
-pub fn all_reduce(
-    mem: &mut JointMemory<'_>,
-    combine: impl Fn(f32, f32) -> f32,
-) -> Result<(), BackendError> {
-    same_len(mem, 0, "all_reduce")?;
-    let acc = reduce_region0(mem, &combine)?;
-    for r in 0..mem.ranks() {
-        // `regions` is at least 1 here: `reduce_region0` read region 0 of every rank.
-        let out = mem.regions(r) - 1;
-        write_f32(mem.bytes_mut(r, out)?, &acc);
-    }
-    Ok(())
 }
 
 /// Region 0 of every rank reduced in `dtype` with core's reference arithmetic, in rank
@@ -110,8 +61,11 @@ fn reduce_region0_typed(
     Ok(acc)
 }
 
-/// All-reduce of any reducible element type: the layout of [`all_reduce`], the arithmetic
-/// of [`combine_into`] (so every host-side communicator gives the same bits).
+/// All-reduce of any reducible element type: region 0 of every rank is the input; the
+/// reduction is written to each rank's last region. In place declares one region (read and
+/// written); out of place declares input then output, and each rank may choose
+/// independently. The arithmetic is [`combine_into`]'s, so every host-side communicator
+/// gives the same bits.
 pub fn all_reduce_typed(
     mem: &mut JointMemory<'_>,
     dtype: DType,
@@ -135,8 +89,9 @@ pub fn all_reduce_typed(
     Ok(())
 }
 
-/// Reduce-scatter of any reducible element type: the layout of [`reduce_scatter`], the
-/// arithmetic of [`combine_into`].
+/// Reduce-scatter of any reducible element type: region 0 of each rank is its input (group
+/// size x output), region 1 its output; rank r receives chunk r of the reduction, with
+/// [`combine_into`]'s arithmetic.
 pub fn reduce_scatter_typed(
     mem: &mut JointMemory<'_>,
     dtype: DType,
@@ -185,31 +140,6 @@ pub fn all_gather(mem: &mut JointMemory<'_>) -> Result<(), BackendError> {
             ));
         }
         out.copy_from_slice(&gathered);
-    }
-    Ok(())
-}
-
-/// Reduce-scatter over f32: region 0 of each rank is its input (group size x output),
-/// region 1 its output; rank r receives chunk r of the reduction (see [`all_reduce`] for
-/// `combine`).
-pub fn reduce_scatter(
-    mem: &mut JointMemory<'_>,
-    combine: impl Fn(f32, f32) -> f32,
-) -> Result<(), BackendError> {
-    let total = same_len(mem, 0, "reduce_scatter")?;
-    let ranks = mem.ranks();
-    let acc = reduce_region0(mem, &combine)?;
-    let chunk = total / 4 / ranks;
-    for r in 0..ranks {
-        let out = mem.bytes_mut(r, 1)?;
-        if out.len() != chunk * 4 {
-            return Err(BackendError::invalid_argument(
-                BACKEND_NAME,
-                "reduce_scatter",
-                "input is not output x group size",
-            ));
-        }
-        write_f32(out, &acc[r * chunk..(r + 1) * chunk]);
     }
     Ok(())
 }

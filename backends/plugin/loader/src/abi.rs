@@ -40,6 +40,28 @@ pub const MR_ERR_INTERNAL: MrStatus = 9;
 pub type MrDType = u32;
 /// IEEE binary32.
 pub const MR_DTYPE_F32: MrDType = 0;
+/// IEEE binary16.
+pub const MR_DTYPE_F16: MrDType = 1;
+/// bfloat16.
+pub const MR_DTYPE_BF16: MrDType = 2;
+/// IEEE binary64.
+pub const MR_DTYPE_F64: MrDType = 3;
+/// Signed 8-bit integer.
+pub const MR_DTYPE_I8: MrDType = 4;
+/// Unsigned 8-bit integer.
+pub const MR_DTYPE_U8: MrDType = 5;
+/// Signed 32-bit integer.
+pub const MR_DTYPE_I32: MrDType = 6;
+/// Unsigned 32-bit integer.
+pub const MR_DTYPE_U32: MrDType = 7;
+/// Signed 64-bit integer.
+pub const MR_DTYPE_I64: MrDType = 8;
+/// Unsigned 64-bit integer.
+pub const MR_DTYPE_U64: MrDType = 9;
+/// OCP fp8 E4M3 (moved, not reduced).
+pub const MR_DTYPE_F8E4M3: MrDType = 10;
+/// OCP fp8 E5M2 (moved, not reduced).
+pub const MR_DTYPE_F8E5M2: MrDType = 11;
 /// Number of element type codes in ABI 1 (F32, F16, BF16, F64, I8, U8, I32, U32, I64,
 /// U64, F8E4M3, F8E5M2).
 pub const MR_DTYPE_COUNT: MrDType = 12;

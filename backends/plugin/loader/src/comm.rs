@@ -10,8 +10,9 @@ use memreuse_core::{BackendError, CommError, Communicator, DType, DevicePtr, Red
 use parking_lot::Mutex;
 
 use crate::abi::{
-    MR_DTYPE_F32, MR_OK, MR_OP_AVG, MR_OP_MAX, MR_OP_MIN, MR_OP_PROD, MR_OP_SUM, MrComm, MrDType,
-    MrReduceOp, MrStream,
+    MR_DTYPE_BF16, MR_DTYPE_F8E4M3, MR_DTYPE_F8E5M2, MR_DTYPE_F16, MR_DTYPE_F32, MR_DTYPE_F64,
+    MR_DTYPE_I8, MR_DTYPE_I32, MR_DTYPE_I64, MR_DTYPE_U8, MR_DTYPE_U32, MR_DTYPE_U64, MR_OK,
+    MR_OP_AVG, MR_OP_MAX, MR_OP_MIN, MR_OP_PROD, MR_OP_SUM, MrComm, MrDType, MrReduceOp, MrStream,
 };
 use crate::device::{PluginDevice, PluginStream, entry};
 
@@ -42,13 +43,43 @@ impl Drop for PluginComm {
 /// The ABI code of a host element type. Every host type has one (the ABI carries the full
 /// list from version 1).
 pub fn dtype_code(dtype: DType) -> Result<MrDType, CommError> {
-    match dtype {
-        DType::F32 => Ok(MR_DTYPE_F32),
-        #[allow(unreachable_patterns)] // `DType` is non_exhaustive: later types map here
-        other => Err(CommError::invalid_argument(
-            "dtype",
-            format!("element type {other} has no plugin ABI code in this host"),
-        )),
+    Ok(match dtype {
+        DType::F32 => MR_DTYPE_F32,
+        DType::F16 => MR_DTYPE_F16,
+        DType::BF16 => MR_DTYPE_BF16,
+        DType::F64 => MR_DTYPE_F64,
+        DType::I8 => MR_DTYPE_I8,
+        DType::U8 => MR_DTYPE_U8,
+        DType::I32 => MR_DTYPE_I32,
+        DType::U32 => MR_DTYPE_U32,
+        DType::I64 => MR_DTYPE_I64,
+        DType::U64 => MR_DTYPE_U64,
+        DType::F8E4M3 => MR_DTYPE_F8E4M3,
+        DType::F8E5M2 => MR_DTYPE_F8E5M2,
+        // `DType` is non_exhaustive: a type added later has no ABI 1 code.
+        other => {
+            return Err(CommError::invalid_argument(
+                "dtype",
+                format!("element type {other} has no plugin ABI code in this host"),
+            ));
+        }
+    })
+}
+
+/// The refusal, before the plugin is called, of a reduction the reference arithmetic does
+/// not define (avg on integers, any fp8 reduction): ABI 1 has no way for a plugin to
+/// declare more, so every plugin is held to the one rule and gives the same results.
+fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
+    if dtype.reduces_with(op) {
+        Ok(())
+    } else {
+        Err(CommError::invalid_argument(
+            call,
+            format!(
+                "the plugin backend cannot reduce {dtype} with {op} (avg is for floating \
+                 types; fp8 types move data but do not reduce)"
+            ),
+        ))
     }
 }
 
@@ -141,6 +172,7 @@ impl Communicator<PluginDevice> for PluginComm {
         op: ReduceOp,
         stream: &PluginStream,
     ) -> Result<(), CommError> {
+        check_reduction("all_reduce", dtype, op)?;
         let (s, t) = (self.stream(stream, "all_reduce")?, dtype_code(dtype)?);
         comm_call!(self, all_reduce, "all_reduce", |f| f(
             self.raw,
@@ -178,6 +210,7 @@ impl Communicator<PluginDevice> for PluginComm {
         op: ReduceOp,
         stream: &PluginStream,
     ) -> Result<(), CommError> {
+        check_reduction("reduce_scatter", dtype, op)?;
         let (s, t) = (self.stream(stream, "reduce_scatter")?, dtype_code(dtype)?);
         comm_call!(self, reduce_scatter, "reduce_scatter", |f| f(
             self.raw,

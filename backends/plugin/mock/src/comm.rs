@@ -8,9 +8,8 @@
 use memreuse_core::{Communicator, DType, DevicePtr, ReduceOp};
 use memreuse_mock::{MockConfig, MockDevice, open_mock_world};
 use memreuse_plugin::abi::{
-    MR_DTYPE_F32, MR_ERR_INVALID_ARGUMENT, MR_ERR_UNSUPPORTED, MR_OK, MR_OP_AVG, MR_OP_MAX,
-    MR_OP_MIN, MR_OP_PROD, MR_OP_SUM, MrComm, MrDType, MrDevice, MrReduceOp, MrStatus, MrStream,
-    MrWorldOptions,
+    MR_ERR_INVALID_ARGUMENT, MR_OK, MR_OP_AVG, MR_OP_MAX, MR_OP_MIN, MR_OP_PROD, MR_OP_SUM, MrComm,
+    MrDType, MrDevice, MrReduceOp, MrStatus, MrStream, MrWorldOptions,
 };
 
 use crate::device::{Dev, config, stream};
@@ -32,31 +31,27 @@ fn into_raw(inner: Box<dyn Communicator<MockDevice>>) -> *mut MrComm {
     Box::into_raw(Box::new(Comm { inner })).cast()
 }
 
-/// The host element type of an ABI code: the mock moves and reduces f32 only (the codes of
-/// the other types are valid ABI and refused as unsupported).
+/// The host element type of an ABI code (the inverse of the host's `dtype_code`): the mock
+/// moves every type and reduces each with core's reference arithmetic, as the direct mock.
 fn dtype(code: MrDType) -> Result<DType, MrStatus> {
-    match code {
-        MR_DTYPE_F32 => Ok(DType::F32),
-        c if c < memreuse_plugin::abi::MR_DTYPE_COUNT => Err(fail(
-            MR_ERR_UNSUPPORTED,
-            format!("element type code {c}: the mock communicates f32 only"),
-        )),
-        c => Err(fail(
-            MR_ERR_INVALID_ARGUMENT,
-            format!("element type code {c} is not an ABI 1 code"),
-        )),
-    }
+    DType::ALL
+        .into_iter()
+        .find(|&t| memreuse_plugin::dtype_code(t).ok() == Some(code))
+        .ok_or_else(|| {
+            fail(
+                MR_ERR_INVALID_ARGUMENT,
+                format!("element type code {code} is not an ABI 1 code"),
+            )
+        })
 }
 
 fn reduce_op(code: MrReduceOp) -> Result<ReduceOp, MrStatus> {
     match code {
         MR_OP_SUM => Ok(ReduceOp::Sum),
+        MR_OP_PROD => Ok(ReduceOp::Prod),
         MR_OP_MAX => Ok(ReduceOp::Max),
         MR_OP_MIN => Ok(ReduceOp::Min),
-        MR_OP_PROD | MR_OP_AVG => Err(fail(
-            MR_ERR_UNSUPPORTED,
-            format!("reduction code {code}: the mock reduces with sum, max and min"),
-        )),
+        MR_OP_AVG => Ok(ReduceOp::Avg),
         c => Err(fail(
             MR_ERR_INVALID_ARGUMENT,
             format!("reduction code {c} is not an ABI 1 code"),

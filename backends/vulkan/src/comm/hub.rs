@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use memreuse_core::BackendError;
-use memreuse_core::comm::CommError;
+use memreuse_core::comm::{CommError, DType};
 use parking_lot::{Condvar, Mutex};
 
 use super::movement::{Kind, run_collective};
@@ -79,8 +79,10 @@ fn dropped(reason: &str) -> BackendError {
 
 /// One member's part of a collective.
 pub struct Contribution {
-    /// Operation and element count (compared across members).
+    /// Operation, element type and element count (compared across members).
     pub kind: Kind,
+    /// The element type.
+    pub dtype: DType,
     /// Elements.
     pub count: usize,
     /// Buffers, in the order of [`Kind`].
@@ -91,6 +93,8 @@ pub struct Contribution {
 
 /// One side of a point-to-point transfer.
 pub struct Side {
+    /// The element type (compared with the other side's).
+    pub dtype: DType,
     /// Elements.
     pub count: usize,
     /// The buffer.
@@ -374,15 +378,15 @@ impl Hub {
 
     fn run_set(&self, seq: u64, set: CollSet) {
         let members: Vec<Contribution> = set.slots.into_iter().flatten().collect();
-        let (kind, count) = (members[0].kind, members[0].count);
+        let (kind, dtype, count) = (members[0].kind, members[0].dtype, members[0].count);
         let odd = members
             .iter()
             .enumerate()
-            .find(|(_, c)| c.kind != kind || c.count != count);
+            .find(|(_, c)| c.kind != kind || c.dtype != dtype || c.count != count);
         if let Some((r, c)) = odd {
             let what = format!(
-                "collective #{seq} of communicator {}: rank {r} issued {}({} elements), rank 0 {kind}({count} elements)",
-                self.uid, c.kind, c.count
+                "collective #{seq} of communicator {}: rank {r} issued {}({} {} elements), rank 0 {kind}({count} {dtype} elements)",
+                self.uid, c.kind, c.count, c.dtype
             );
             let failure = dropped(&what);
             for c in &members {
@@ -393,7 +397,16 @@ impl Hub {
             return;
         }
         let spans: Vec<Vec<Span>> = members.iter().map(|c| c.spans.clone()).collect();
-        run_collective(kind, &spans);
+        if let Err(e) = run_collective(kind, dtype, &spans) {
+            let what = format!("collective #{seq} of communicator {}: {e}", self.uid);
+            let failure = dropped(&what);
+            for c in &members {
+                c.gate.fail(&failure);
+            }
+            self.finish(members.into_iter().map(|c| c.gate));
+            self.abort(what.clone(), Some(mismatch(what)));
+            return;
+        }
         self.finish(members.into_iter().map(|c| c.gate));
     }
 
@@ -401,13 +414,13 @@ impl Hub {
         let (Some(send), Some(recv)) = (pair.send, pair.recv) else {
             return;
         };
-        if send.count == recv.count {
+        if send.count == recv.count && send.dtype == recv.dtype {
             recv.span.store(&send.span.to_vec());
             self.finish([send.gate, recv.gate]);
         } else {
             let what = format!(
-                "transfer #{} of communicator {} from rank {} to rank {}: {} elements sent, {} expected",
-                key.2, self.uid, key.0, key.1, send.count, recv.count
+                "transfer #{} of communicator {} from rank {} to rank {}: {} {} elements sent, {} {} expected",
+                key.2, self.uid, key.0, key.1, send.count, send.dtype, recv.count, recv.dtype
             );
             let failure = dropped(&what);
             send.gate.fail(&failure);

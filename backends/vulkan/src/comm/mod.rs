@@ -29,6 +29,7 @@ static NEXT_COMM_UID: AtomicU64 = AtomicU64::new(1);
 struct PendingP2p {
     sending: bool,
     peer: usize,
+    dtype: DType,
     count: usize,
     span: Span,
     stream: VulkanStream,
@@ -99,13 +100,18 @@ impl VulkanCommunicator {
         &self.hub.devices[self.rank]
     }
 
-    fn check_dtype(call: &'static str, dtype: DType) -> Result<(), CommError> {
-        if dtype.size_bytes() == 4 {
+    /// Refuses, before anything is enqueued, a reduction the reference arithmetic does not
+    /// define (the proxy reduces every other type with it).
+    fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
+        if dtype.reduces_with(op) {
             Ok(())
         } else {
             Err(CommError::invalid_argument(
                 call,
-                format!("{dtype:?} is not supported (F32 is)"),
+                format!(
+                    "the vulkan backend cannot reduce {dtype} with {op} (avg is for floating \
+                     types; fp8 types move data but do not reduce)"
+                ),
             ))
         }
     }
@@ -115,7 +121,7 @@ impl VulkanCommunicator {
         call: &'static str,
         kind: Kind,
         buffers: &[DevicePtr],
-        count: usize,
+        (count, dtype): (usize, DType),
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
         self.hub.check_alive()?;
@@ -130,7 +136,7 @@ impl VulkanCommunicator {
         let size = self.hub.devices.len() as u64;
         let spans = buffers
             .iter()
-            .zip(lengths(kind, count as u64, size))
+            .zip(lengths(kind, count as u64, dtype.size_bytes(), size))
             .map(|(&p, len)| device.span(call, p, len))
             .collect::<Result<Vec<_>, _>>()?;
         let gate = SharedGate::new(device.gate(stream)?, 1);
@@ -144,6 +150,7 @@ impl VulkanCommunicator {
             self.rank,
             Contribution {
                 kind,
+                dtype,
                 count,
                 spans,
                 gate,
@@ -167,7 +174,6 @@ impl VulkanCommunicator {
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
         self.hub.check_alive()?;
-        Self::check_dtype(call, dtype)?;
         let size = self.hub.devices.len();
         if peer >= size || peer == self.rank {
             return Err(CommError::invalid_argument(
@@ -177,10 +183,11 @@ impl VulkanCommunicator {
         }
         let device = self.device();
         device.check_stream(call, stream)?;
-        let span = device.span(call, buf, count as u64 * 4)?;
+        let span = device.span(call, buf, count as u64 * dtype.size_bytes())?;
         let op = PendingP2p {
             sending,
             peer,
+            dtype,
             count,
             span,
             stream: *stream,
@@ -210,6 +217,7 @@ impl VulkanCommunicator {
         let mut counters = self.counters.lock();
         for op in ops {
             let side = Side {
+                dtype: op.dtype,
                 count: op.count,
                 span: op.span,
                 gate: Arc::clone(&gate),
@@ -250,8 +258,9 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         op: ReduceOp,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_dtype("all_reduce", dtype)?;
-        self.collective("all_reduce", Kind::AllReduce(op), &[buf], count, stream)
+        Self::check_reduction("all_reduce", dtype, op)?;
+        let kind = Kind::AllReduce(op);
+        self.collective("all_reduce", kind, &[buf], (count, dtype), stream)
     }
 
     fn all_gather(
@@ -262,12 +271,11 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         dtype: DType,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_dtype("all_gather", dtype)?;
         self.collective(
             "all_gather",
             Kind::AllGather,
             &[input, output],
-            count,
+            (count, dtype),
             stream,
         )
     }
@@ -281,9 +289,15 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         op: ReduceOp,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_dtype("reduce_scatter", dtype)?;
+        Self::check_reduction("reduce_scatter", dtype, op)?;
         let kind = Kind::ReduceScatter(op);
-        self.collective("reduce_scatter", kind, &[input, output], count, stream)
+        self.collective(
+            "reduce_scatter",
+            kind,
+            &[input, output],
+            (count, dtype),
+            stream,
+        )
     }
 
     fn all_to_all(
@@ -294,12 +308,11 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         dtype: DType,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_dtype("all_to_all", dtype)?;
         self.collective(
             "all_to_all",
             Kind::AllToAll,
             &[input, output],
-            count,
+            (count, dtype),
             stream,
         )
     }
@@ -318,8 +331,8 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
                 format!("root {root} is outside the {}-rank group", self.size()),
             ));
         }
-        Self::check_dtype("broadcast", dtype)?;
-        self.collective("broadcast", Kind::Broadcast(root), &[buf], count, stream)
+        let kind = Kind::Broadcast(root);
+        self.collective("broadcast", kind, &[buf], (count, dtype), stream)
     }
 
     fn send(
@@ -368,7 +381,7 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
     }
 
     fn barrier(&self, stream: &VulkanStream) -> Result<(), CommError> {
-        self.collective("barrier", Kind::Barrier, &[], 0, stream)
+        self.collective("barrier", Kind::Barrier, &[], (0, DType::U8), stream)
     }
 
     fn new_group(

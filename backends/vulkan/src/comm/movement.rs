@@ -1,10 +1,12 @@
 //! The data movement of each operation, done by the proxy on the host through the coherent
 //! mappings once every member's stream reached the operation.
 //!
-//! Reductions combine in rank order, rank 0 first, exactly as the mock's collectives do,
-//! so results are bit-identical to the mock's (what the conformance digests compare).
+//! Reductions combine in rank order, rank 0 first, with core's reference arithmetic
+//! ([`combine_into`], then [`finish_average`]) exactly as the mock's collectives do, so
+//! results are bit-identical to the mock's in every element type (what the conformance
+//! digests compare).
 
-use memreuse_core::comm::ReduceOp;
+use memreuse_core::comm::{DType, ElementwiseError, ReduceOp, combine_into, finish_average};
 
 use crate::memory::Span;
 
@@ -39,35 +41,28 @@ impl std::fmt::Display for Kind {
     }
 }
 
-fn to_f32(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn from_f32(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
-
-/// Element-wise reduction of every member's first span, in rank order.
-fn reduce(spans: &[Vec<Span>], op: ReduceOp) -> Vec<f32> {
-    let mut acc = to_f32(&spans[0][0].to_vec());
+/// Element-wise reduction of every member's first span in `dtype`, in rank order.
+fn reduce(spans: &[Vec<Span>], dtype: DType, op: ReduceOp) -> Result<Vec<u8>, ElementwiseError> {
+    let mut acc = spans[0][0].to_vec();
     for member in &spans[1..] {
-        for (a, b) in acc.iter_mut().zip(to_f32(&member[0].to_vec())) {
-            *a = op.apply(*a, b);
-        }
+        combine_into(dtype, op, &mut acc, &member[0].to_vec())?;
     }
-    acc
+    finish_average(dtype, op, &mut acc, spans.len())?;
+    Ok(acc)
 }
 
-/// Runs a matched collective: `spans[r]` are member `r`'s buffers in the order of [`Kind`];
-/// their lengths were checked when each member issued the operation.
-pub fn run_collective(kind: Kind, spans: &[Vec<Span>]) {
+/// Runs a matched collective of `dtype` elements: `spans[r]` are member `r`'s buffers in
+/// the order of [`Kind`]; their lengths were checked when each member issued the operation,
+/// and the reduction when it was enqueued, so an error here means a broken invariant.
+pub fn run_collective(
+    kind: Kind,
+    dtype: DType,
+    spans: &[Vec<Span>],
+) -> Result<(), ElementwiseError> {
     let n = spans.len();
     match kind {
         Kind::AllReduce(op) => {
-            let bytes = from_f32(&reduce(spans, op));
+            let bytes = reduce(spans, dtype, op)?;
             for member in spans {
                 member[0].store(&bytes);
             }
@@ -79,10 +74,10 @@ pub fn run_collective(kind: Kind, spans: &[Vec<Span>]) {
             }
         }
         Kind::ReduceScatter(op) => {
-            let acc = reduce(spans, op);
+            let acc = reduce(spans, dtype, op)?;
             let chunk = acc.len() / n;
             for (r, member) in spans.iter().enumerate() {
-                member[1].store(&from_f32(&acc[r * chunk..(r + 1) * chunk]));
+                member[1].store(&acc[r * chunk..(r + 1) * chunk]);
             }
         }
         Kind::AllToAll => {
@@ -106,12 +101,13 @@ pub fn run_collective(kind: Kind, spans: &[Vec<Span>]) {
         }
         Kind::Barrier => {}
     }
+    Ok(())
 }
 
 /// The `(input, output)` byte lengths member buffers of `kind` must have for `count`
-/// elements of 4 bytes in a group of `size`.
-pub fn lengths(kind: Kind, count: u64, size: u64) -> Vec<u64> {
-    let one = count * 4;
+/// elements of `elem` bytes in a group of `size`.
+pub fn lengths(kind: Kind, count: u64, elem: u64, size: u64) -> Vec<u64> {
+    let one = count * elem;
     match kind {
         Kind::AllReduce(_) | Kind::Broadcast(_) => vec![one],
         Kind::AllGather => vec![one, one * size],

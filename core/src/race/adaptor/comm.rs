@@ -136,6 +136,10 @@ impl<B: Backend> Communicator<RaceChecker<B>> for RaceCheckedComm<B> {
         self.inner.size()
     }
 
+    fn reduces(&self, dtype: DType, op: ReduceOp) -> bool {
+        self.inner.reduces(dtype, op)
+    }
+
     fn all_reduce(
         &self,
         buf: DevicePtr,
