@@ -371,3 +371,32 @@ fn rfc_suite_digests_are_unchanged() {
         );
     }
 }
+
+/// A batch member carries its tensor's element type: ten u8 elements (10 bytes, not a
+/// whole number of f32s) go through `batch_isend_irecv` and arrive intact on every mode.
+#[test]
+fn a_batch_of_u8_tensors_runs_in_every_mode() {
+    let body = r#"
+        {"op": "alloc", "t": "s", "elems": 10, "dtype": "u8"},
+        {"op": "upload", "t": "s", "seed": 3},
+        {"op": "alloc", "t": "r", "elems": 10, "dtype": "u8"},
+        {"op": "batch", "ops": [{"op": "send", "t": "s", "peer": 1}], "ranks": [0]},
+        {"op": "batch", "ops": [{"op": "recv", "t": "r", "peer": 0}], "ranks": [1]},
+        {"op": "check", "t": "r", "ranks": [1]},
+        {"op": "free", "t": "s"},
+        {"op": "free", "t": "r"}"#;
+    let path = tmp("u8-batch.json");
+    std::fs::write(&path, schedule(2, body)).expect("write");
+    let o = cli(&[
+        "run",
+        "--schedule",
+        path.to_str().expect("utf-8"),
+        "--backend",
+        "mock",
+        "--mode",
+        "all",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("4 passed"), "{out}");
+}

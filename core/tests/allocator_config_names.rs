@@ -258,7 +258,11 @@ fn release_lock_on_malloc_is_read_under_pytorch_and_torch_npu_names() {
     ] {
         let on = AllocatorConfig::parse(&format!("{key}:True")).unwrap();
         assert!(on.release_lock_on_malloc, "{key}");
-        assert!(!AllocatorConfig::parse(&format!("{key}:False")).unwrap().release_lock_on_malloc);
+        assert!(
+            !AllocatorConfig::parse(&format!("{key}:False"))
+                .unwrap()
+                .release_lock_on_malloc
+        );
     }
     assert!(!AllocatorConfig::default().release_lock_on_malloc);
     // Two spellings of one setting are a duplicate, as torch_npu's aliases are.

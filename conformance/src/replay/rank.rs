@@ -415,8 +415,8 @@ impl<'s> RankState<'s> {
                 let mut members = Vec::with_capacity(ops.len());
                 for m in ops {
                     members.push(match m {
-                        BatchMember::Send { t, peer } => P2pOp::Send(self.tensor(t)?, *peer),
-                        BatchMember::Recv { t, peer } => P2pOp::Recv(self.tensor(t)?, *peer),
+                        BatchMember::Send { t, peer } => P2pOp::Send(self.buffer(t)?, *peer),
+                        BatchMember::Recv { t, peer } => P2pOp::Recv(self.buffer(t)?, *peer),
                     });
                 }
                 let w = self
