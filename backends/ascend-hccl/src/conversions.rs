@@ -61,12 +61,12 @@ pub(crate) fn hccl_reduces(dtype: DType, op: ReduceOp) -> bool {
 
 /// The refusal of a reduction HCCL cannot do, naming the type, the operator and the backend.
 pub(crate) fn refuse_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> CommError {
-    CommError::invalid_argument(
+    CommError::unsupported_reduction(
+        "ascend",
         call,
-        format!(
-            "the ascend backend cannot reduce {dtype} with {op}: HCCL reduces i8, i32, i64, \
-             f16, f32 and bf16 with sum, prod, max and min (no avg)"
-        ),
+        dtype,
+        op,
+        "HCCL reduces i8, i32, i64, f16, f32 and bf16 with sum, prod, max and min (no avg)",
     )
 }
 

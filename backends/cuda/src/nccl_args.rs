@@ -69,10 +69,7 @@ pub(crate) fn reduction(
         } else {
             "avg is for floating types"
         };
-        return Err(CommError::invalid_argument(
-            call,
-            format!("the cuda backend cannot reduce {d} with {o}: {why}"),
-        ));
+        return Err(CommError::unsupported_reduction("cuda", call, d, o, why));
     }
     Ok((dtype(d)?, op(o)))
 }

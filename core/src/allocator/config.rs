@@ -45,6 +45,9 @@ pub const DEFAULT_TRACE_CAPACITY: usize = 16384;
 
 /// Allocator settings. [`Default`] is PyTorch's default behaviour.
 #[derive(Clone, Debug, PartialEq)]
+// Each flag is one independent key of PyTorch's configuration string, named as PyTorch
+// names it; an enum of states would not be the user's vocabulary.
+#[allow(clippy::struct_excessive_bools)]
 pub struct AllocatorConfig {
     /// Blocks of at least this many bytes are "oversize": never split, never handed to a
     /// smaller request. `u64::MAX` (the default) disables the rule.

@@ -17,7 +17,7 @@ mod group_ranks;
 pub use dtype::{DType, ReduceOp, UnknownName};
 pub use elementwise::{ElementwiseError, combine_into, finish_average, read_f64, write_f64};
 pub use erased::ErasedCommunicator;
-pub use error::CommError;
+pub use error::{CommError, REFERENCE_REDUCTION_RULE};
 pub use group_ranks::group_position;
 
 use crate::backend::Backend;

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use super::collective;
 use super::pairs::PairGroups;
 use crate::device::MockDevice;
+use crate::error::BACKEND_NAME;
 use crate::handles::MockStream;
 use crate::joint::{JointGroup, JointOp};
 use crate::region::MemAccess;
@@ -84,22 +85,6 @@ impl std::fmt::Debug for MockCommunicator {
 
 fn bytes_of(count: usize, dtype: DType) -> u64 {
     count as u64 * dtype.size_bytes()
-}
-
-/// Refuses, before anything is enqueued, a reduction the reference arithmetic does not
-/// define (the mock reduces with it: `avg` on integers, any reduction on fp8).
-fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
-    if dtype.reduces_with(op) {
-        Ok(())
-    } else {
-        Err(CommError::invalid_argument(
-            call,
-            format!(
-                "the mock backend cannot reduce {dtype} with {op} (avg is for floating types; \
-                 fp8 types are for data movement)"
-            ),
-        ))
-    }
 }
 
 impl MockCommunicator {
@@ -204,7 +189,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         op: ReduceOp,
         stream: &MockStream,
     ) -> Result<(), CommError> {
-        check_reduction("all_reduce", dtype, op)?;
+        CommError::check_reference_reduction(BACKEND_NAME, "all_reduce", dtype, op)?;
         let jop = JointOp::new(format!("all_reduce({op})"))
             .access(MemAccess::write(buf, bytes_of(count, dtype)))
             .body(move |m| collective::all_reduce_typed(m, dtype, op));
@@ -236,7 +221,7 @@ impl Communicator<MockDevice> for MockCommunicator {
         op: ReduceOp,
         stream: &MockStream,
     ) -> Result<(), CommError> {
-        check_reduction("reduce_scatter", dtype, op)?;
+        CommError::check_reference_reduction(BACKEND_NAME, "reduce_scatter", dtype, op)?;
         let n = bytes_of(count, dtype);
         let jop = JointOp::new(format!("reduce_scatter({op})"))
             .access(MemAccess::read(input, n * self.size() as u64))

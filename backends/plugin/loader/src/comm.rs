@@ -66,23 +66,6 @@ pub fn dtype_code(dtype: DType) -> Result<MrDType, CommError> {
     })
 }
 
-/// The refusal, before the plugin is called, of a reduction the reference arithmetic does
-/// not define (avg on integers, any fp8 reduction): ABI 1 has no way for a plugin to
-/// declare more, so every plugin is held to the one rule and gives the same results.
-fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
-    if dtype.reduces_with(op) {
-        Ok(())
-    } else {
-        Err(CommError::invalid_argument(
-            call,
-            format!(
-                "the plugin backend cannot reduce {dtype} with {op} (avg is for floating \
-                 types; fp8 types move data but do not reduce)"
-            ),
-        ))
-    }
-}
-
 /// The ABI code of a host reduction.
 pub fn op_code(op: ReduceOp) -> MrReduceOp {
     match op {
@@ -172,7 +155,7 @@ impl Communicator<PluginDevice> for PluginComm {
         op: ReduceOp,
         stream: &PluginStream,
     ) -> Result<(), CommError> {
-        check_reduction("all_reduce", dtype, op)?;
+        CommError::check_reference_reduction("plugin", "all_reduce", dtype, op)?;
         let (s, t) = (self.stream(stream, "all_reduce")?, dtype_code(dtype)?);
         comm_call!(self, all_reduce, "all_reduce", |f| f(
             self.raw,
@@ -210,7 +193,7 @@ impl Communicator<PluginDevice> for PluginComm {
         op: ReduceOp,
         stream: &PluginStream,
     ) -> Result<(), CommError> {
-        check_reduction("reduce_scatter", dtype, op)?;
+        CommError::check_reference_reduction("plugin", "reduce_scatter", dtype, op)?;
         let (s, t) = (self.stream(stream, "reduce_scatter")?, dtype_code(dtype)?);
         comm_call!(self, reduce_scatter, "reduce_scatter", |f| f(
             self.raw,

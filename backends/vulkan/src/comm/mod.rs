@@ -100,22 +100,6 @@ impl VulkanCommunicator {
         &self.hub.devices[self.rank]
     }
 
-    /// Refuses, before anything is enqueued, a reduction the reference arithmetic does not
-    /// define (the proxy reduces every other type with it).
-    fn check_reduction(call: &'static str, dtype: DType, op: ReduceOp) -> Result<(), CommError> {
-        if dtype.reduces_with(op) {
-            Ok(())
-        } else {
-            Err(CommError::invalid_argument(
-                call,
-                format!(
-                    "the vulkan backend cannot reduce {dtype} with {op} (avg is for floating \
-                     types; fp8 types move data but do not reduce)"
-                ),
-            ))
-        }
-    }
-
     fn collective(
         &self,
         call: &'static str,
@@ -258,7 +242,7 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         op: ReduceOp,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_reduction("all_reduce", dtype, op)?;
+        CommError::check_reference_reduction("vulkan", "all_reduce", dtype, op)?;
         let kind = Kind::AllReduce(op);
         self.collective("all_reduce", kind, &[buf], (count, dtype), stream)
     }
@@ -289,7 +273,7 @@ impl Communicator<VulkanDevice> for VulkanCommunicator {
         op: ReduceOp,
         stream: &VulkanStream,
     ) -> Result<(), CommError> {
-        Self::check_reduction("reduce_scatter", dtype, op)?;
+        CommError::check_reference_reduction("vulkan", "reduce_scatter", dtype, op)?;
         let kind = Kind::ReduceScatter(op);
         self.collective(
             "reduce_scatter",
