@@ -289,8 +289,8 @@ const PINNED: &[(&str, &str, u64)] = &[
     ("bf16-gradients", "20c6c1a91d25cbbc", 1344),
     ("f16-shards", "1374fe2945f6cf1b", 512),
     ("i64-indices", "c30a12510afc56e1", 2304),
-    ("u8-buffers", "0a8df80304f30367", 1792),
-    ("mixed-precision-step", "df02062323a48365", 3840),
+    ("u8-buffers", "58699b17d5229ce0", 1792),
+    ("mixed-precision-step", "01885b616d08e581", 3776),
 ];
 
 const TYPED: &[&str] = &[
