@@ -40,7 +40,10 @@ fn main() -> Result<(), Error> {
 
 fn rank_main(endpoint: RankEndpoint) -> Result<Vec<f64>, Error> {
     let device = endpoint.backend;
-    let allocator = CachingAllocator::new(Arc::new(device.clone()), AllocatorConfig::default());
+    // The user's settings, read as PyTorch reads them (MEMREUSE_ALLOC_CONF, then
+    // PYTORCH_ALLOC_CONF, then this backend's PYTORCH_*_ALLOC_CONF); defaults when unset.
+    let config = AllocatorConfig::from_env_for_backend(device.name())?;
+    let allocator = CachingAllocator::try_new(Arc::new(device.clone()), config)?;
     let compute = device.default_stream();
     let side = device.create_stream()?;
     let pg = ProcessGroup::builder(Arc::clone(&allocator), endpoint.communicator)
